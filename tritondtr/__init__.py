@@ -1,0 +1,37 @@
+"""tritondtr: Dynamic Tensor Rematerialization for PyTorch (Kirisame et al., ICLR 2021).
+
+Device memory is treated as a cache: when a byte budget would be exceeded a tensor chosen by
+a heuristic is evicted, and recomputed from its parent op when it is needed again.
+"""
+
+__version__ = "0.1.0"
+
+from .heuristics import (
+    CustomHeuristic,
+    Heuristic,
+    NbhdMode,
+    get_heuristic,
+    heuristic_names,
+    register_heuristic,
+)
+from .policy import Backend
+from .table import MetadataTable, SlotState
+from .units import format_bytes, parse_bytes
+
+__all__ = [
+    "__version__",
+    # engine core: the metadata table and the eviction policy
+    "MetadataTable",
+    "SlotState",
+    "Backend",
+    # heuristics
+    "Heuristic",
+    "NbhdMode",
+    "CustomHeuristic",
+    "register_heuristic",
+    "get_heuristic",
+    "heuristic_names",
+    # units
+    "parse_bytes",
+    "format_bytes",
+]

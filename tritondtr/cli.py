@@ -1,0 +1,33 @@
+"""The ``tritondtr`` command: one subcommand per job, each defined in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, help). Each module defines ``add_arguments(parser)`` and ``run(args) -> int``.
+_COMMANDS = {
+    "env": ("tritondtr.env_cli", "print versions, device and Triton backend (for bug reports)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tritondtr", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name, (module, help_text) in _COMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_text, description=getattr(mod, "__doc__", None),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        modules[name] = mod
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(modules[args.command].run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

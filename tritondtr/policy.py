@@ -1,0 +1,124 @@
+"""Backend dispatch of scoring and selection: Triton kernels or their torch twins."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+
+import torch
+
+from .heuristics import CustomHeuristic, Heuristic, get_heuristic
+from .scoring import random_base, score_torch, select_torch
+
+__all__ = ["Backend", "resolve_backend", "score", "select", "triton_available"]
+
+
+class Backend(str, enum.Enum):
+    """Where scoring runs. ``auto``: Triton on CUDA tensors, torch elsewhere. ``triton``: the
+    Triton kernels (CPU tensors only under ``TRITON_INTERPRET=1``). ``torch``: the twins."""
+
+    AUTO = "auto"
+    TRITON = "triton"
+    TORCH = "torch"
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether the Triton kernels can be imported (triton installed and importable)."""
+    try:
+        from . import kernels  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def resolve_backend(
+    backend: Backend | str, device: torch.device, heuristic: Heuristic | CustomHeuristic
+) -> Backend:
+    """The concrete backend (``triton`` or ``torch``) for ``device`` and ``heuristic``."""
+    try:
+        backend = Backend(backend)
+    except ValueError:
+        raise ValueError(
+            f"unknown backend {backend!r}; expected one of {[b.value for b in Backend]}"
+        ) from None
+    custom = isinstance(heuristic, CustomHeuristic)
+    if backend is Backend.AUTO:
+        if device.type == "cuda" and not custom and triton_available():
+            return Backend.TRITON
+        return Backend.TORCH
+    if backend is Backend.TRITON:
+        if custom:
+            raise ValueError(
+                f"heuristic {heuristic.name!r} is a user heuristic: it has no Triton kernel; "
+                "use backend='torch' or 'auto'"
+            )
+        if not triton_available():
+            raise ValueError("backend='triton' needs the triton package; install it or use 'torch'")
+        if device.type != "cuda" and not _interpreting():
+            raise ValueError(
+                f"backend='triton' on a {device.type} table needs TRITON_INTERPRET=1 set before "
+                "tritondtr.kernels is imported; use backend='torch' or 'auto' on CPU"
+            )
+    return backend
+
+
+def _args(cols: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    return cols["cost"], cols["size"], cols["last_access"], cols["nbhd_cost"], cols["state"]
+
+
+def score(
+    heuristic: Heuristic | CustomHeuristic | str,
+    cols: dict[str, torch.Tensor],
+    now: int,
+    *,
+    backend: Backend | str = Backend.AUTO,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Scores of all slots of ``cols`` (see :meth:`MetadataTable.score`)."""
+    h = get_heuristic(heuristic)
+    now = _check_now(now)
+    b = resolve_backend(backend, cols["cost"].device, h)
+    if b is Backend.TORCH:
+        return score_torch(h, *_args(cols), now, seed)
+    from . import kernels
+
+    return kernels.score(h.value, *_args(cols), now=now, rand_base=random_base(seed, now))
+
+
+def select(
+    heuristic: Heuristic | CustomHeuristic | str,
+    cols: dict[str, torch.Tensor],
+    now: int,
+    *,
+    k: int = 1,
+    backend: Backend | str = Backend.AUTO,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Victim slots of ``cols``, [min(k, #candidates)] int64 on the host, best first."""
+    h = get_heuristic(heuristic)
+    now = _check_now(now)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    b = resolve_backend(backend, cols["cost"].device, h)
+    if b is Backend.TORCH:
+        return select_torch(h, *_args(cols), now, k, seed).cpu()
+    from . import kernels
+
+    ids = kernels.select(h.value, *_args(cols), now=now, rand_base=random_base(seed, now), k=k)
+    ids = ids.cpu()  # the one device-to-host read of a decision
+    return ids[ids >= 0]
+
+
+def _check_now(now) -> int:
+    if isinstance(now, torch.Tensor) or not isinstance(now, (int,)) or isinstance(now, bool):
+        try:
+            now = int(now)
+        except (TypeError, ValueError):
+            raise ValueError(f"now must be an int logical clock, got {now!r}") from None
+    return now
