@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
+    "CustomHeuristic",
     "Heuristic",
     "NbhdMode",
     "ScoreFn",
-    "CustomHeuristic",
-    "register_heuristic",
     "get_heuristic",
     "heuristic_names",
+    "register_heuristic",
 ]
 
 

@@ -24,7 +24,7 @@ import torch
 
 from .heuristics import CustomHeuristic, Heuristic
 
-__all__ = ["score_torch", "select_torch", "RESIDENT_EVICTABLE", "random_base"]
+__all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 
 RESIDENT_EVICTABLE = 1
 _M32 = 0xFFFFFFFF

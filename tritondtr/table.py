@@ -221,7 +221,9 @@ class MetadataTable:
 
     def _check_live(self, slots: np.ndarray) -> None:
         if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
-            raise ValueError(f"slot ids must lie in [0, {self.capacity}), got {slots.min()}..{slots.max()}")
+            raise ValueError(
+                f"slot ids must lie in [0, {self.capacity}), got {slots.min()}..{slots.max()}"
+            )
         if slots.size and (self.host_state[slots] == SlotState.FREE).any():
             raise ValueError("some of the given slots are free (not tracked)")
 

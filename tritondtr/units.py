@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_bytes", "format_bytes"]
+__all__ = ["format_bytes", "parse_bytes"]
 
 _UNITS = {
     "": 1, "b": 1,
@@ -30,12 +30,14 @@ def parse_bytes(value: int | str) -> int:
         m = _PATTERN.match(value)
         if m and m.group(2).lower() in _UNITS:
             n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-            return int(round(n))
+            return round(n)
         raise ValueError(
             f"cannot read {value!r} as bytes; write an int or a number with a unit such as "
             f"'512MiB', '1.5GB' or '2GiB' (units: {', '.join(u for u in _UNITS if u)})"
         )
-    raise ValueError(f"expected a byte count (int) or a string like '2GiB', got {type(value).__name__}")
+    raise ValueError(
+        f"expected a byte count (int) or a string like '2GiB', got {type(value).__name__}"
+    )
 
 
 def format_bytes(n: float) -> str:

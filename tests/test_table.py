@@ -1,0 +1,126 @@
+"""MetadataTable: invariants under random add / update / free / growth, and host staging."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tritondtr import MetadataTable, SlotState
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(1, 40)),
+        st.tuples(st.just("free"), st.integers(0, 10_000)),
+        st.tuples(st.just("update"), st.integers(0, 10_000)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=ops, capacity=st.integers(1, 8))
+def test_invariants_under_random_add_free_grow(ops, capacity):
+    rng = np.random.default_rng(0)
+    table = MetadataTable(capacity, device="cpu")
+    live: dict[int, tuple] = {}  # independent model: slot -> (cost, size, last_access)
+    for op, n in ops:
+        if op == "add":
+            cost = rng.random(n).astype(np.float32)
+            size = rng.integers(0, 1 << 40, n)
+            last = rng.integers(0, 1000, n)
+            slots = table.add_many(cost, size, last)
+            assert len(set(slots.tolist()) & set(live)) == 0, "a live slot was handed out again"
+            for i, s in enumerate(slots.tolist()):
+                live[s] = (cost[i], size[i], last[i])
+        elif live and op == "free":
+            victims = sorted(live)[n % len(live) :: 3]
+            table.free_many(np.array(victims))
+            for s in victims:
+                del live[s]
+        elif live and op == "update":
+            s = sorted(live)[n % len(live)]
+            table.touch(s, 5000 + n)
+            live[s] = (live[s][0], live[s][1], 5000 + n)
+        table.check_invariants()
+        assert len(table) == len(live)
+        assert table.capacity >= len(live)
+    for s, (cost, size, last) in live.items():
+        assert table.host_cost[s] == cost
+        assert table.host_size[s] == size
+        assert table.host_last_access[s] == last
+        assert table.host_state[s] == SlotState.RESIDENT_EVICTABLE
+
+
+def test_growth_doubles_and_keeps_content():
+    table = MetadataTable(2, device="cpu")
+    a = table.add(1.0, 10, 3)
+    b = table.add(2.0, 20, 4)
+    c = table.add(3.0, 30, 5)
+    assert table.capacity == 4
+    assert (a, b, c) == (0, 1, 2)
+    assert table.columns()["size"][:3].tolist() == [10, 20, 30]
+    table.check_invariants()
+
+
+def test_freed_slot_is_zeroed_and_reused():
+    table = MetadataTable(4, device="cpu")
+    s = table.add(5.0, 100, 7, nbhd_cost=2.0)
+    table.free(s)
+    assert table.host_cost[s] == 0 and table.host_size[s] == 0
+    assert table.add(1.0, 1, 1) == s
+    t = table.add(1.0, 1, 1)
+    table.free(t)
+    with pytest.raises(ValueError, match="already free"):
+        table.free(t)
+
+
+def test_cpu_columns_are_zero_copy_views_of_host():
+    table = MetadataTable(8, device="cpu")
+    s = table.add(1.0, 8, 0)
+    table.touch(s, 42)
+    assert table.columns()["last_access"][s] == 42  # no flush needed on CPU
+
+
+def test_bad_arguments_are_explained():
+    with pytest.raises(ValueError, match="capacity"):
+        MetadataTable(0)
+    table = MetadataTable(4, device="cpu")
+    with pytest.raises(ValueError, match="unknown column"):
+        table.update_many(np.array([0]), colour=1)
+    with pytest.raises(ValueError, match="free"):
+        table.update_many(np.array([0]), cost=1.0)
+    with pytest.raises(ValueError, match=r"slot ids must lie in \[0, 4\)"):
+        table.update_many(np.array([9]), cost=1.0)
+
+
+def test_select_reads_current_metadata():
+    table = MetadataTable(4, device="cpu")
+    a = table.add(1.0, 100, 0)
+    b = table.add(1.0, 100, 0)
+    assert table.select("lru", now=10).tolist() == [a]  # tie -> lowest slot
+    table.touch(a, 5)
+    assert table.select("lru", now=10).tolist() == [b]
+    table.set_state(b, SlotState.RESIDENT_LOCKED)
+    assert table.select("lru", now=10).tolist() == [a]
+    table.set_state(a, SlotState.EVICTED)
+    assert table.select("lru", now=10, k=3).tolist() == []
+
+
+@pytest.mark.gpu
+def test_cuda_staging_matches_host():
+    table = MetadataTable(16, device="cuda")
+    rng = np.random.default_rng(1)
+    slots = table.add_many(rng.random(100), rng.integers(1, 1000, 100), rng.integers(0, 50, 100))
+    for s in slots[::7].tolist():
+        table.touch(int(s), 99)
+        table.set_nbhd_cost(int(s), 3.5)
+    table.free_many(slots[1::5])
+    table.flush()
+    table.check_invariants()
+    for name in MetadataTable.COLUMNS:
+        host = torch.from_numpy(getattr(table, "host_" + name))
+        assert torch.equal(table.columns()[name].cpu(), host)
+    assert torch.equal(
+        table.select("dtr", 100, k=5), table.select("dtr", 100, k=5, backend="torch")
+    )
