@@ -1,0 +1,222 @@
+"""Reading and writing traces: JSON lines, columnar ``.npz``, gzip, and DTR logs (detected).
+
+# NOTE [ Trace files ]
+# 1. One loader, :func:`load_trace`, for every form. It sniffs the content, not the name:
+#    gzip (magic 1f 8b) is unwrapped first; then a zip archive (``PK``) is the columnar form,
+#    a first line with ``"format": "tritondtr-trace"`` is our JSON lines form, and a first
+#    line with an ``INSTRUCTION`` is a DTR prototype log (:mod:`.dtrlog`).
+# 2. The columnar form is a numpy ``.npz`` holding the :class:`Trace` arrays by name plus
+#    ``names``/``annotations`` (newline-joined UTF-8 bytes) and ``header`` (JSON bytes with
+#    format, version and meta). It loads without pickle.
+# 3. The JSON lines form is a header line, then one event per line; tensor ids may be any
+#    distinct non-negative integers and are renumbered densely in creation order on load.
+# 4. :func:`save_trace` picks the form from the file name: ``.npz`` columnar, ``.jsonl``
+#    JSON lines, either with ``.gz`` appended to compress (``.npz`` is zip-compressed already
+#    unless ``compress=False``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .builder import TraceBuilder
+from .dtrlog import read_dtr_log
+from .trace import FORMAT_NAME, FORMAT_VERSION, EventKind, Trace, TraceError
+
+__all__ = ["detect_format", "load_trace", "save_trace"]
+
+_ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
+_EVENT_NAMES = {k: k.name.lower() for k in EventKind}
+
+
+# --------------------------------------------------------------------------- loading
+def _read_bytes(path: str | os.PathLike) -> bytes:
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data
+
+
+def detect_format(data: bytes) -> str:
+    """``"npz"``, ``"jsonl"`` or ``"dtr-log"`` for (decompressed) file content."""
+    if data[:2] == b"PK":
+        return "npz"
+    first = data.lstrip()[:4096].split(b"\n", 1)[0]
+    try:
+        head = json.loads(first)
+    except ValueError:
+        head = None
+    if isinstance(head, dict) and head.get("format") == FORMAT_NAME:
+        return "jsonl"
+    if isinstance(head, dict) and "INSTRUCTION" in head:
+        return "dtr-log"
+    raise TraceError(
+        "unrecognised trace: expected a tritondtr .npz, a JSON lines trace whose first line "
+        f"has \"format\": \"{FORMAT_NAME}\", or a DTR prototype log; first line: "
+        f"{first[:120]!r}"
+    )
+
+
+def load_trace(path: str | os.PathLike, *, validate: bool = True) -> Trace:
+    """Load a trace in any supported form (NOTE [ Trace files ]); gzip is read transparently.
+
+    Raises :class:`TraceError` naming the file and, for text forms, the line that is wrong.
+    """
+    data = _read_bytes(path)
+    kind = detect_format(data)
+    source = os.fspath(path)
+    if kind == "npz":
+        trace = _load_npz(data, source)
+    elif kind == "jsonl":
+        trace = _load_jsonl(_text_lines(data), source)
+    else:
+        return read_dtr_log(_text_lines(data), source=source)
+    return trace.validate() if validate else trace
+
+
+def _text_lines(data: bytes) -> Iterator[str]:
+    return iter(data.decode("utf-8").splitlines())
+
+
+def _load_npz(data: bytes, source: str) -> Trace:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        missing = [k for k in (*_ARRAYS, "header") if k not in z.files]
+        if missing:
+            raise TraceError(f"{source}: not a tritondtr trace archive, missing {missing}")
+        header = json.loads(bytes(z["header"]).decode("utf-8"))
+        _check_header(header, source)
+        arrays = {k: z[k] for k in _ARRAYS}
+        names = _split(z["names"]) if "names" in z.files else []
+        annotations = _split(z["annotations"]) if "annotations" in z.files else []
+    return Trace(**arrays, names=names, annotations=annotations, meta=header.get("meta", {}))
+
+
+def _split(blob: np.ndarray) -> list[str]:
+    text = bytes(blob).decode("utf-8")
+    return text.split("\n") if text else []
+
+
+def _check_header(header, source: str) -> None:
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise TraceError(f"{source}: header is not a {FORMAT_NAME} header: {header!r}")
+    if int(header.get("version", 0)) > FORMAT_VERSION:
+        raise TraceError(f"{source}: trace format version {header['version']} is newer than "
+                         f"this tritondtr reads ({FORMAT_VERSION}); upgrade tritondtr")
+
+
+def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
+    ids: dict[int, int] = {}
+    b: TraceBuilder | None = None
+
+    def tid(n: int, raw) -> int:
+        if raw not in ids:
+            raise TraceError(f"{source}:{n}: tensor {raw!r} is not an output of an earlier op")
+        return ids[raw]
+
+    for n, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text)
+        except ValueError as e:
+            raise TraceError(f"{source}:{n}: not valid JSON ({e})") from None
+        if b is None:
+            _check_header(rec, f"{source}:{n}")
+            b = TraceBuilder(meta=rec.get("meta", {}))
+            continue
+        try:
+            ev = rec["ev"]
+            if ev in ("call", "constant"):
+                outs = rec["out"] if ev == "call" else [rec["out"]]
+                for o in outs:
+                    if not isinstance(o, int) or o < 0 or o in ids:
+                        raise TraceError(f"{source}:{n}: output id {o!r} must be a new "
+                                         "non-negative integer")
+                if ev == "constant":
+                    new = [b.constant(rec["size"], name=rec.get("name", "constant"))]
+                else:
+                    ins = [tid(n, t) for t in rec["in"]]
+                    new = b.call(rec["name"], ins, rec["size"], rec["cost"], rec.get("alias"))
+                ids.update(zip(outs, new))
+            elif ev in ("retain", "release", "output"):
+                getattr(b, ev)(tid(n, rec["t"]))
+            elif ev == "annotate":
+                b.annotate(rec["text"])
+            else:
+                raise TraceError(f"{source}:{n}: unknown event {ev!r}; expected one of "
+                                 f"{sorted(_EVENT_NAMES.values())}")
+        except KeyError as e:
+            raise TraceError(f"{source}:{n}: event lacks the field {e.args[0]!r}") from None
+        except TraceError as e:
+            if str(e).startswith(source):
+                raise
+            raise TraceError(f"{source}:{n}: {e}") from None
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"{source}:{n}: ill-typed field ({e})") from None
+    if b is None:
+        raise TraceError(f"{source}: empty trace file (no header line)")
+    return b.build(outputs="none")
+
+
+# --------------------------------------------------------------------------- saving
+def save_trace(trace: Trace, path: str | os.PathLike, *, compress: bool = True) -> Path:
+    """Write ``trace`` in the form named by the suffix (NOTE [ Trace files ] 4)."""
+    path = Path(path)
+    name = path.name
+    gz = name.endswith(".gz")
+    base = name[:-3] if gz else name
+    if base.endswith(".npz"):
+        data = _npz_bytes(trace, compress and not gz)
+    elif base.endswith((".jsonl", ".json")):
+        data = "".join(_jsonl_lines(trace)).encode("utf-8")
+    else:
+        raise ValueError(f"cannot tell the trace form from {name!r}: use a .npz or .jsonl "
+                         "suffix, optionally followed by .gz")
+    if gz:
+        data = gzip.compress(data, compresslevel=6)
+    path.write_bytes(data)
+    return path
+
+
+def _npz_bytes(trace: Trace, compress: bool) -> bytes:
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": trace.meta}
+    arrays = {k: getattr(trace, k) for k in _ARRAYS}
+    for key, texts in (("names", trace.names), ("annotations", trace.annotations)):
+        if any("\n" in t for t in texts):
+            raise TraceError(f"{key} must not contain newlines")
+        arrays[key] = np.frombuffer("\n".join(texts).encode("utf-8"), dtype=np.uint8)
+    arrays["header"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+    buf = io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, **arrays)
+    return buf.getvalue()
+
+
+def _jsonl_lines(trace: Trace) -> Iterator[str]:
+    yield json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION,
+                      "meta": trace.meta}) + "\n"
+    kind, arg = trace.kind.tolist(), trace.arg.tolist()
+    in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
+    out_ptr, size, alias = trace.out_ptr.tolist(), trace.size.tolist(), trace.alias.tolist()
+    cost, name = trace.op_cost.tolist(), trace.op_name.tolist()
+    names = trace.names or ["op"]
+    for k, a in zip(kind, arg):
+        if k == EventKind.CONSTANT:
+            t = out_ptr[a]
+            rec = {"ev": "constant", "out": t, "size": size[t], "name": names[name[a]]}
+        elif k == EventKind.CALL:
+            lo, hi = out_ptr[a], out_ptr[a + 1]
+            rec = {"ev": "call", "name": names[name[a]], "in": inputs[in_ptr[a]:in_ptr[a + 1]],
+                   "out": list(range(lo, hi)), "size": size[lo:hi], "alias": alias[lo:hi],
+                   "cost": cost[a]}
+        elif k == EventKind.ANNOTATE:
+            rec = {"ev": "annotate", "text": trace.annotations[a]}
+        else:
+            rec = {"ev": _EVENT_NAMES[EventKind(k)], "t": a}
+        yield json.dumps(rec, separators=(",", ":")) + "\n"
