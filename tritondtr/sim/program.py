@@ -1,0 +1,136 @@
+"""A trace precompiled for replay: storages resolved, everything as flat Python lists.
+
+The replay loop touches a few list entries per event; building these lists once per trace
+(with numpy where it vectorizes) keeps per-event dictionaries and objects out of that loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .trace import EventKind, Trace, TraceError
+
+__all__ = ["Program", "compile_trace"]
+
+
+@dataclass(eq=False)
+class Program:
+    """Replay-ready lists; T tensors, S storages, O ops, E events.
+
+    Storages are numbered densely in creation order; a view shares its base's storage.
+
+    ==============  =========  =====================================================
+    field           length     meaning
+    ==============  =========  =====================================================
+    sid             T          storage of each tensor
+    fresh           T          bytes the tensor allocates (0 for a view)
+    op_of           T          op that created the tensor
+    op_inputs       O          list of input tensor ids (duplicates kept)
+    op_lo, op_hi    O          output tensor ids are ``range(op_lo[o], op_hi[o])``
+    op_total        O          bytes an op allocates (sum of ``fresh`` of its outputs)
+    op_cost         O          compute cost (ns)
+    op_new_parents  O          distinct input storages (parents of its fresh outputs)
+    op_views        O          ``[(storage, other input storages), ...]`` for the distinct
+                               storages its views land on (cost and edges added there)
+    st_size         S          bytes of the storage
+    st_tensors      S          tensors viewing the storage (root first)
+    ev_kind, ev_arg E          the event stream (:class:`EventKind`, op or tensor id)
+    ==============  =========  =====================================================
+    """
+
+    trace: Trace
+    sid: list
+    fresh: list
+    op_of: list
+    op_inputs: list
+    op_lo: list
+    op_hi: list
+    op_total: list
+    op_cost: list
+    op_new_parents: list
+    op_views: list
+    st_size: list
+    st_tensors: list
+    ev_kind: list
+    ev_arg: list
+    is_const: list
+
+    @property
+    def num_storages(self) -> int:
+        return len(self.st_size)
+
+
+def compile_trace(trace: Trace) -> Program:
+    """Resolve views to storages and flatten ``trace`` (cached on the trace object)."""
+    cached = getattr(trace, "_program", None)
+    if cached is not None:
+        return cached
+    n_t = trace.num_tensors
+    alias = trace.alias
+    op_of_np = trace.op_of_tensor()
+    fresh_np = np.where(alias < 0, trace.size, 0)
+    is_fresh = alias < 0
+    # Fresh outputs get storages in creation order; a view takes the storage of the input
+    # it views, which was created earlier, so one forward pass resolves chains of views.
+    sid_np = np.full(n_t, -1, dtype=np.int64)
+    sid_np[is_fresh] = np.arange(int(is_fresh.sum()))
+    views = np.flatnonzero(~is_fresh)
+    if views.size:
+        src = trace.inputs[trace.in_ptr[op_of_np[views]] + alias[views]]
+        sid_list = sid_np.tolist()
+        for v, s in zip(views.tolist(), src.tolist()):
+            sid_list[v] = sid_list[s]
+    else:
+        sid_list = sid_np.tolist()
+    if n_t and min(sid_list) < 0:
+        raise TraceError("a view resolves to no storage; this is a bug of tritondtr")
+    in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
+    out_ptr = trace.out_ptr.tolist()
+    op_inputs = [inputs[in_ptr[o]:in_ptr[o + 1]] for o in range(trace.num_ops)]
+    alias_l = alias.tolist()
+    op_new_parents, op_views = [], []
+    for o, ins in enumerate(op_inputs):
+        in_st = list(dict.fromkeys(sid_list[t] for t in ins))
+        op_new_parents.append(in_st)
+        seen: list = []
+        for t in range(out_ptr[o], out_ptr[o + 1]):
+            if alias_l[t] >= 0:
+                s = sid_list[t]
+                if all(s != x for x, _ in seen):
+                    seen.append((s, [p for p in in_st if p != s]))
+        op_views.append(seen)
+    n_st = int(is_fresh.sum())
+    st_tensors: list[list[int]] = [[] for _ in range(n_st)]
+    for t, s in enumerate(sid_list):
+        st_tensors[s].append(t)
+    op_total = np.zeros(trace.num_ops, dtype=np.int64)
+    np.add.at(op_total, op_of_np, fresh_np)
+    prog = Program(
+        trace=trace,
+        sid=sid_list,
+        fresh=fresh_np.tolist(),
+        op_of=op_of_np.tolist(),
+        op_inputs=op_inputs,
+        op_lo=out_ptr[:-1],
+        op_hi=out_ptr[1:],
+        op_total=op_total.tolist(),
+        op_cost=trace.op_cost.tolist(),
+        op_new_parents=op_new_parents,
+        op_views=op_views,
+        st_size=trace.size[is_fresh].tolist(),
+        st_tensors=st_tensors,
+        ev_kind=trace.kind.tolist(),
+        ev_arg=trace.arg.tolist(),
+        is_const=trace.is_constant_op().tolist(),
+    )
+    trace._program = prog
+    return prog
+
+
+KIND_CALL = int(EventKind.CALL)
+KIND_CONSTANT = int(EventKind.CONSTANT)
+KIND_RETAIN = int(EventKind.RETAIN)
+KIND_RELEASE = int(EventKind.RELEASE)
+KIND_OUTPUT = int(EventKind.OUTPUT)
