@@ -77,8 +77,16 @@ def load_trace(path: str | os.PathLike, *, validate: bool = True) -> Trace:
     elif kind == "jsonl":
         trace = _load_jsonl(_text_lines(data), source)
     else:
-        return read_dtr_log(_text_lines(data), source=source)
+        trace = read_dtr_log(_text_lines(data), source=source)  # validated by the importer
+        validate = False
+    trace.meta.setdefault("name", _stem(Path(path).name))
     return trace.validate() if validate else trace
+
+
+def _stem(name: str) -> str:
+    for suffix in (".gz", ".npz", ".jsonl", ".json", ".log"):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _text_lines(data: bytes) -> Iterator[str]:

@@ -1,0 +1,139 @@
+"""Simulation runs and sweeps: budgets from ratios, one engine per run, results as rows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from ..units import parse_bytes
+from .baseline import Baseline, baseline
+from .program import compile_trace
+from .replay import replay_program
+from .trace import Trace
+
+__all__ = ["DEFAULT_RATIOS", "SimResult", "make_engine", "simulate", "sweep"]
+
+DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One budgeted replay (NOTE [ Replay semantics ]).
+
+    ``status``: ``ok``, ``oom`` (an eviction was needed and nothing was evictable) or
+    ``thrash`` (rematerialization compute exceeded ``(overhead_limit - 1) x`` the baseline).
+    ``overhead``: compute (ns, the clock) / baseline compute, at the point of failure if any.
+    ``evictions`` counts heuristic choices; ``eager_evictions`` storages evicted at their last
+    release; ``remats`` rematerializing op runs; ``selections`` engine ``choose`` calls;
+    ``wall_s`` the replay's wall time in seconds.
+    """
+
+    trace: str
+    heuristic: str
+    ratio: float | None
+    budget: int
+    status: str
+    overhead: float
+    compute: float
+    peak_bytes: int
+    evictions: int
+    eager_evictions: int
+    remats: int
+    remat_compute: float
+    selections: int
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_engine(heuristic: str, *, backend: str = "auto", device=None, seed: int = 0,
+                capacity: int = 1024):
+    """A fresh :class:`tritondtr.engine.Engine` for one run."""
+    from ..engine import Engine
+
+    return Engine(heuristic, device=device, backend=backend, seed=seed, capacity=capacity)
+
+
+def simulate(
+    trace: Trace,
+    heuristic: str = "dtr_eq",
+    *,
+    ratio: float | None = None,
+    budget: int | str | None = None,
+    overhead_limit: float = 2.0,
+    backend: str = "auto",
+    device=None,
+    seed: int = 0,
+    engine_factory: Callable[..., object] | None = None,
+) -> SimResult:
+    """Replay ``trace`` under a memory budget with one heuristic.
+
+    Give either ``ratio`` (of the baseline peak, :meth:`Baseline.budget`) or ``budget`` (bytes,
+    or a string such as ``"2GiB"``). ``engine_factory(heuristic)`` replaces the default engine
+    (tests, instrumented engines). Returns a :class:`SimResult`.
+    """
+    if (ratio is None) == (budget is None):
+        raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
+    if not overhead_limit >= 1.0:
+        raise ValueError(f"overhead_limit must be >= 1.0 (a multiple of the baseline compute), "
+                         f"got {overhead_limit!r}")
+    base = baseline(trace)
+    nbytes = base.budget(ratio) if ratio is not None else parse_bytes(budget)
+    prog = compile_trace(trace)
+    if engine_factory is None:
+        engine = make_engine(heuristic, backend=backend, device=device, seed=seed,
+                             capacity=max(1024, prog.num_storages))
+    else:
+        engine = engine_factory(heuristic)
+    limit = base.compute * (overhead_limit - 1.0)
+    stats = replay_program(prog, engine, nbytes, limit)
+    return SimResult(
+        trace=str(trace.meta.get("name", trace.meta.get("source", "trace"))),
+        heuristic=str(getattr(heuristic, "value", heuristic)),
+        ratio=ratio,
+        budget=nbytes,
+        status=stats.status,
+        overhead=_overhead(stats.clock, base),
+        compute=stats.clock,
+        peak_bytes=stats.peak_bytes,
+        evictions=stats.evictions,
+        eager_evictions=stats.eager_evictions,
+        remats=stats.remats,
+        remat_compute=stats.remat_compute,
+        selections=stats.selections,
+        wall_s=stats.wall_s,
+    )
+
+
+def _overhead(clock: float, base: Baseline) -> float:
+    return clock / base.compute if base.compute > 0 else math.nan
+
+
+def sweep(
+    trace: Trace,
+    heuristics: Sequence[str],
+    ratios: Sequence[float] = DEFAULT_RATIOS,
+    *,
+    stop_at_failure: bool = True,
+    progress: Callable[[SimResult], None] | None = None,
+    **kwargs,
+) -> list[SimResult]:
+    """``simulate`` for every heuristic at every ratio, ratios in the order given (usually
+    descending). With ``stop_at_failure`` a heuristic stops at its first failing ratio, as in
+    the reference evaluation. ``progress(result)`` is called after each run (a tqdm hook)."""
+    rows = []
+    for h in heuristics:
+        for r in ratios:
+            res = simulate(trace, h, ratio=r, **kwargs)
+            rows.append(res)
+            if progress is not None:
+                progress(res)
+            if stop_at_failure and not res.ok:
+                break
+    return rows
