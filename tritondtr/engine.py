@@ -1,0 +1,305 @@
+"""The engine: metadata table + neighbourhood maintenance + eviction policy, behind one facade.
+
+Both the simulator and the runtime drive an :class:`Engine`; it owns a
+:class:`~tritondtr.table.MetadataTable`, a :class:`~tritondtr.neighborhood.Neighborhood` and the
+host-side lock counts and pins, and keeps the table's ``state`` column equal to::
+
+    free                                        -> FREE
+    resident, unlocked, unpinned                -> RESIDENT_EVICTABLE   (a candidate)
+    resident, locked (count > 0) or pinned      -> RESIDENT_LOCKED
+    evicted                                     -> EVICTED
+
+# NOTE [ Exact batched choice ]
+# ``choose(now)`` returns exactly what a full re-scoring (``select(now, 1)``) would return, yet
+# one scoring serves several evictions:
+# 1. A scoring keeps the top ``batch`` candidates in (score, slot) order, with the
+#    ``nbhd_cost`` each had then; a shorter list means it held every candidate.
+# 2. Within an eviction loop nothing but evictions happens and the clock does not advance.
+#    Evicting a storage only grows the evicted set, so every other slot's ``nbhd_cost`` can
+#    only go up (exact/ancestors: reachable regions only grow; eqclass: classes only merge and
+#    gain members); values are exact functions of the evicted set (NOTE [ Neighbourhood
+#    staging ] rule 4), so this holds bit for bit, and the built-in scores are non-decreasing
+#    in ``nbhd_cost`` (float32 rounding and division by a positive denominator are monotone).
+# 3. Serve the first cached slot v that is still a candidate. If its ``nbhd_cost`` is what it
+#    was at the scoring, v is exact: every uncached candidate u had (score, u) > (score, v)
+#    then and its score only went up since; every cached slot before v is no longer a
+#    candidate. If v's value changed, the cache is dropped and everything is re-scored.
+# 4. Any other mutation that can lower a score or add a candidate (new, access, remat,
+#    set_cost, add_parents, unlock, unpin, release of an evicted slot) or a different ``now``
+#    drops the cache. lock, pin and release of a resident slot only remove candidates (and
+#    change nobody's ``nbhd_cost``), which rule 3 already handles.
+# 5. A user heuristic that keeps a neighbourhood cost may not be monotone in it: for those,
+#    every choice re-scores (batch 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from . import policy
+from .heuristics import CustomHeuristic, Heuristic, NbhdMode, get_heuristic
+from .neighborhood import _STATE_NAMES, EVICTED, FREE, RESIDENT, Neighborhood
+from .table import MetadataTable, SlotState
+
+__all__ = ["Engine"]
+
+_EVICTABLE = int(SlotState.RESIDENT_EVICTABLE)
+_LOCKED = int(SlotState.RESIDENT_LOCKED)
+_EVICTED = int(SlotState.EVICTED)
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class Engine:
+    """Metadata table + neighbourhood maintenance + eviction policy.
+
+    Args:
+        heuristic: a :class:`Heuristic`, a registered user heuristic, or its name.
+        device: where the table's device columns live (default: CUDA when available).
+        backend: ``auto`` / ``triton`` / ``torch`` (see :class:`tritondtr.Backend`).
+        seed: seed of the ``random`` heuristic.
+        capacity: initial number of slots (grows by doubling).
+        batch: victims kept per scoring for :meth:`choose` (NOTE [ Exact batched choice ]).
+
+    Slots are the table's slot ids (ints). Costs are float32 in the caller's unit (ns), sizes
+    int bytes, ``now`` an int logical clock. Counters: ``selections`` (scorings run),
+    ``cache_hits`` (choices served without scoring), ``evictions``, ``remats``.
+    """
+
+    def __init__(
+        self,
+        heuristic: Heuristic | CustomHeuristic | str = "dtr_eq",
+        *,
+        device: torch.device | str | None = None,
+        backend: policy.Backend | str = "auto",
+        seed: int = 0,
+        capacity: int = 1024,
+        batch: int = 8,
+    ) -> None:
+        self.heuristic = get_heuristic(heuristic)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ValueError(f"batch must be a positive int, got {batch!r}")
+        self.table = MetadataTable(capacity, device)
+        self.backend = policy.resolve_backend(backend, self.table.device, self.heuristic)
+        self.seed = int(seed)
+        mode = self.heuristic.nbhd_mode
+        # NOTE [ Exact batched choice ] rule 5
+        self.batch = batch if isinstance(self.heuristic, Heuristic) or mode is NbhdMode.NONE else 1
+        self.nbhd = Neighborhood(self.table, mode)
+        self._st = self.nbhd.state  # FREE / RESIDENT / EVICTED per slot (shared, not copied)
+        self._locks: list[int] = [0] * self.table.capacity
+        self._pinned = bytearray(self.table.capacity)
+        self._epoch = 0  # bumped by every mutation that invalidates the choice cache
+        self._cache: list | None = None  # [epoch, now, ids, nbhd snapshot, position]
+        self.selections = 0
+        self.cache_hits = 0
+        self.evictions = 0
+        self.remats = 0
+
+    # ------------------------------------------------------------------- events
+    def new(
+        self,
+        cost: float,
+        size: int,
+        now: int,
+        parents: Sequence[int] = (),
+        *,
+        evictable: bool = True,
+    ) -> int:
+        """Track a new resident storage produced from ``parents`` (slots); returns its slot.
+        ``evictable=False`` pins it (see :meth:`pin`)."""
+        if not 0.0 <= cost <= _F32_MAX:
+            raise ValueError(f"cost must be a finite float32 >= 0 (compute time), got {cost!r}")
+        if size < 0:
+            raise ValueError(f"size must be >= 0 bytes, got {size!r}")
+        st = self._st
+        for p in parents:
+            if not (0 <= p < len(st) and st[p]):
+                raise ValueError(f"new: parent {p!r} is not a tracked slot (released or never "
+                                 "created); pass the slots returned by Engine.new")
+        slot = self.table.add(cost, size, now, _EVICTABLE if evictable else _LOCKED)
+        if slot >= len(self._locks):
+            n = self.table.capacity - len(self._locks)
+            self._locks.extend([0] * n)
+            self._pinned.extend(bytes(n))
+        self._pinned[slot] = not evictable
+        self.nbhd.on_new(slot, cost, parents)
+        self._epoch += 1
+        return slot
+
+    def add_parents(self, slot: int, parents: Sequence[int]) -> None:
+        """Another op also produced (a view of) ``slot`` from ``parents``: add those edges."""
+        self._live(slot, "add_parents")
+        for p in parents:
+            self._live(p, "add_parents (parent)")
+        self.nbhd.add_edges(slot, parents)
+        self._epoch += 1
+
+    def set_cost(self, slot: int, cost: float) -> None:
+        """Set the compute cost of ``slot`` (e.g. once an op's time is measured)."""
+        self._live(slot, "set_cost")
+        if not 0.0 <= cost <= _F32_MAX:
+            raise ValueError(f"cost must be a finite float32 >= 0 (compute time), got {cost!r}")
+        self.table.set_cost(slot, cost)
+        self.nbhd.on_cost(slot, cost)
+        self._epoch += 1
+
+    def access(self, slot: int, now: int) -> None:
+        """Record a use of ``slot`` at logical time ``now`` (last_access = now)."""
+        self._live(slot, "access")
+        self.table.touch(slot, now)
+        self._epoch += 1
+
+    def lock(self, slot: int) -> None:
+        """Take a (re-entrant) lock: a locked slot is never a candidate. Needs a resident slot."""
+        self._resident(slot, "lock")
+        c = self._locks[slot]
+        self._locks[slot] = c + 1
+        if c == 0 and not self._pinned[slot]:
+            self.table.set_state(slot, _LOCKED)
+
+    def unlock(self, slot: int) -> None:
+        """Release one lock taken by :meth:`lock`."""
+        self._resident(slot, "unlock")
+        c = self._locks[slot]
+        if c == 0:
+            raise ValueError(f"unlock: slot {slot} is not locked (unbalanced lock/unlock)")
+        self._locks[slot] = c - 1
+        if c == 1 and not self._pinned[slot]:
+            self.table.set_state(slot, _EVICTABLE)
+            self._epoch += 1
+
+    def pin(self, slot: int) -> None:
+        """Never evict ``slot`` (constants, never-evict ops) until :meth:`unpin`."""
+        self._resident(slot, "pin")
+        if not self._pinned[slot]:
+            self._pinned[slot] = 1
+            self.table.set_state(slot, _LOCKED)
+
+    def unpin(self, slot: int) -> None:
+        self._resident(slot, "unpin")
+        if self._pinned[slot]:
+            self._pinned[slot] = 0
+            if not self._locks[slot]:
+                self.table.set_state(slot, _EVICTABLE)
+                self._epoch += 1
+
+    def evict(self, slot: int) -> None:
+        """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated."""
+        self._resident(slot, "evict")
+        if self._locks[slot] or self._pinned[slot]:
+            raise ValueError(
+                f"evict: slot {slot} is locked ({self._locks[slot]} locks) or pinned "
+                f"({bool(self._pinned[slot])}); only candidates of choose/select can be evicted"
+            )
+        self.table.set_state(slot, _EVICTED)
+        self.nbhd.on_evict(slot)
+        self.evictions += 1
+
+    def remat(self, slot: int, now: int) -> None:
+        """An evicted ``slot`` was recomputed: resident again, last_access = now."""
+        self._live(slot, "remat")
+        if self._st[slot] != EVICTED:
+            raise ValueError(f"remat: slot {slot} is resident, not evicted; nothing to redo")
+        self.table.touch(slot, now)
+        self.table.set_state(slot, _EVICTABLE)  # evicted slots hold no locks or pins
+        self.nbhd.on_remat(slot)
+        self.remats += 1
+        self._epoch += 1
+
+    def release(self, slot: int) -> None:
+        """Forget ``slot`` for good (its locks and pins too): the slot is freed, edges dropped."""
+        self._live(slot, "release")
+        if self._st[slot] == EVICTED:
+            self._epoch += 1  # others lose an evicted neighbour: their scores may drop
+        self.nbhd.on_release(slot)
+        self.table.free(slot)
+        self._locks[slot] = 0
+        self._pinned[slot] = 0
+
+    # ------------------------------------------------------------------ queries
+    def is_resident(self, slot: int) -> bool:
+        return 0 <= slot < len(self._st) and self._st[slot] == RESIDENT
+
+    def is_evicted(self, slot: int) -> bool:
+        return 0 <= slot < len(self._st) and self._st[slot] == EVICTED
+
+    def is_candidate(self, slot: int) -> bool:
+        """Resident, unlocked and unpinned: :meth:`evict` would accept it."""
+        return self.is_resident(slot) and not self._locks[slot] and not self._pinned[slot]
+
+    def lock_count(self, slot: int) -> int:
+        return self._locks[slot]
+
+    def flush(self) -> None:
+        """Bring the ``nbhd_cost`` column and the device columns up to date."""
+        self.nbhd.flush()
+        self.table.flush()
+
+    def select(self, now: int, k: int = 1) -> list[int]:
+        """The ``min(k, #candidates)`` best victims from one scoring, best first."""
+        self.nbhd.flush()
+        self.selections += 1
+        ids = self.table.select(self.heuristic, now, k, backend=self.backend, seed=self.seed)
+        return ids.tolist()
+
+    def choose(self, now: int) -> int | None:
+        """The next victim, exactly as a fresh ``select(now, 1)`` would give it; ``None`` if
+        nothing is evictable. Usually served from the last scoring (NOTE [ Exact batched
+        choice ])."""
+        c = self._cache
+        if c is not None and c[0] == self._epoch and c[1] == now:
+            ids, snap, pos = c[2], c[3], c[4]
+            st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
+            host = self.table.host_nbhd_cost
+            while pos < len(ids):
+                v = ids[pos]
+                if st[v] != RESIDENT or locks[v] or pinned[v]:
+                    pos += 1
+                    continue
+                if v in nb.dirty:
+                    nb.refresh(v)
+                if float(host[v]) == snap[pos]:
+                    c[4] = pos
+                    self.cache_hits += 1
+                    return v
+                break
+            else:
+                if len(ids) < self.batch:  # the scoring held every candidate: none is left
+                    c[4] = pos
+                    self.cache_hits += 1
+                    return None
+        ids = self.select(now, self.batch)
+        snap = self.table.host_nbhd_cost[ids].tolist() if ids else []
+        self._cache = [self._epoch, now, ids, snap, 0]
+        return ids[0] if ids else None
+
+    # ---------------------------------------------------------------- internals
+    def _live(self, slot: int, what: str) -> None:
+        if not (0 <= slot < len(self._st) and self._st[slot] != FREE):
+            raise ValueError(f"{what}: slot {slot!r} is not tracked (released or never created)")
+
+    def _resident(self, slot: int, what: str) -> None:
+        self._live(slot, what)
+        if self._st[slot] != RESIDENT:
+            raise ValueError(f"{what}: slot {slot} is {_STATE_NAMES[self._st[slot]]}, "
+                             "it must be resident; rematerialize it first")
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError naming the first violated invariant of the table, the
+        neighbourhood (see :meth:`Neighborhood.check_invariants`) or the state mapping."""
+        self.table.check_invariants()
+        self.nbhd.check_invariants()
+        n = self.table.capacity
+        st = np.frombuffer(bytes(self._st[:n]), np.uint8)
+        locked = (np.asarray(self._locks[:n]) > 0) | (np.frombuffer(bytes(self._pinned[:n]),
+                                                                    np.uint8) > 0)
+        want = np.zeros(n, np.int8)
+        want[st == RESIDENT] = _EVICTABLE
+        want[(st == RESIDENT) & locked] = _LOCKED
+        want[st == EVICTED] = _EVICTED
+        bad = np.flatnonzero(want != self.table.host_state)
+        assert bad.size == 0, f"slot {bad[:5].tolist()}: table state disagrees with the engine"
+        assert not (locked & (st != RESIDENT)).any(), "a non-resident slot is locked or pinned"

@@ -1,0 +1,457 @@
+"""Evicted-neighbourhood maintenance: keeps the table's ``nbhd_cost`` column current.
+
+The graph is over storages (slot ids): ``parents[t]`` are the storages of the inputs of the
+op(s) that produced t, ``children`` the reverse. In the modes of :class:`NbhdMode`:
+
+* ``exact``: e*(t) = evicted storages reachable from t through evicted parents, union those
+  reachable through evicted children (directions are not mixed within one path);
+  ``nbhd_cost(t)`` is the cost of e*(t).
+* ``ancestors``: only the evicted-ancestor part.
+* ``eqclass``: the union-find approximation (paper §4.1), see NOTE [ Eqclass rules ].
+
+# NOTE [ Neighbourhood staging ]
+# 1. Each event (new / evict / rematerialize / release / cost change / new edge) marks the
+#    resident slots whose ``nbhd_cost`` may have changed as dirty; nothing is recomputed then.
+#    exact: the resident slots met by searching down (children) and up (parents) from the slot
+#    through evicted nodes; ancestors: searching down only; eqclass: the resident neighbours of
+#    the live members of the changed class (kept per class as a frontier counter).
+# 2. ``flush()`` recomputes every dirty resident slot once and writes the table column;
+#    the engine calls it before every selection, so a selection never reads a stale value.
+# 3. Only resident slots hold a meaningful ``nbhd_cost``: an evicted slot keeps its last
+#    resident value (it is never a candidate), a rematerialized slot is marked dirty, and a
+#    freed slot is zeroed by the table.
+# 4. Values are exact functions of the evicted set: exact/ancestors sum with ``math.fsum``
+#    (the correctly rounded float64 of the exact sum of the float32 costs), eqclass keeps class
+#    values as exact integers in units of 2**-149 (every float32 is an integer multiple of it).
+#    The float64 is then rounded to float32 by the table. Hence a value never depends on the
+#    order of events or of summation, tests can compare exactly, and evicting a storage never
+#    lowers any resident slot's value (NOTE [ Exact batched choice ] in engine.py relies on it).
+# 5. No recursion anywhere: searches use explicit stacks, ``find`` compresses iteratively.
+
+# NOTE [ Eqclass rules ] (simrd's RuntimeV2Optimized + DTREqClass, made exact)
+# 1. Evicting t gives t a fresh class {t} of value cost(t), then merges it with the class of
+#    every evicted neighbour (parents and children), summing values.
+# 2. The value of a resident t is the sum of the values of the DISTINCT classes of its
+#    currently evicted neighbours; t's own cost is not included (the score adds it).
+# 3. Rematerializing (or releasing) an evicted t subtracts cost(t) from its class and t
+#    leaves it; its node stays in the tree, so the class is not split (links are not removed).
+#    A rematerialized t gets a fresh class when it is evicted again.
+# 4. Consequence (an invariant checked by ``check_invariants``): a class's value is exactly
+#    the sum of the current costs of its live (evicted) members. Changing the cost of an
+#    evicted member adds the difference to its class.
+# 5. A new edge between two evicted slots merges nothing: classes merge only on eviction.
+# 6. Unions are by node count; a class with no live member is dead and its nodes are reused.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+
+import numpy as np
+
+from .heuristics import NbhdMode
+from .table import MetadataTable
+
+__all__ = ["EVICTED", "FREE", "RESIDENT", "Neighborhood"]
+
+FREE, RESIDENT, EVICTED = 0, 1, 2
+_STATE_NAMES = ("free", "resident", "evicted")
+_SCALE = 149  # NOTE [ Neighbourhood staging ] rule 4: float32 values are multiples of 2**-149
+
+
+def _fixed(cost: float) -> int:
+    return int(math.ldexp(cost, _SCALE))
+
+
+def _unfixed(value: int) -> float:
+    return math.ldexp(float(value), -_SCALE) if value > 0 else 0.0
+
+
+class Neighborhood:
+    """Keeps ``table.host_nbhd_cost`` current for resident slots in one :class:`NbhdMode`.
+
+    The graph and the residency of every slot live here, on the host, as plain Python lists:
+    ``state`` (bytearray, FREE 0 / RESIDENT 1 / EVICTED 2), ``cost`` (``array('f')``: the
+    float32 costs, as in the table), ``parents`` / ``children`` (list of slot lists, without
+    duplicates or self edges; empty in mode ``none``, which keeps no graph). The caller
+    (:class:`tritondtr.engine.Engine`) reports every event with the ``on_*`` methods and calls
+    :meth:`flush` before reading the column; see NOTE [ Neighbourhood staging ].
+    """
+
+    def __init__(self, table: MetadataTable, mode: NbhdMode | str) -> None:
+        self.table = table
+        self.mode = NbhdMode(mode)
+        self.tracking = self.mode is not NbhdMode.NONE
+        self._eq = self.mode is NbhdMode.EQCLASS
+        self.state = bytearray()
+        self.cost = array("f")
+        self.parents: list[list[int]] = []
+        self.children: list[list[int]] = []
+        self.dirty: set[int] = set()
+        self.recomputed = 0  # counter: nbhd values computed by flush/refresh
+        # eqclass union-find over nodes (NOTE [ Eqclass rules ]); arrays indexed by node id.
+        self._ecn: list[int] = []  # slot -> its live node, -1 when not evicted
+        self._uf_parent: list[int] = []
+        self._uf_val: list[int] = []  # at roots: exact class value, units of 2**-149
+        self._uf_slot: list[int] = []
+        self._uf_members: list[list[int] | None] = []  # at roots: every node of the class
+        self._uf_front: list[dict[int, int] | None] = []  # at roots: resident slot -> #edges
+        self._uf_live: list[int] = []  # at roots: number of live (evicted) members
+        self._uf_free: list[int] = []
+        if self.tracking:
+            self._value = {
+                NbhdMode.EXACT: self._value_exact,
+                NbhdMode.ANCESTORS: self._value_ancestors,
+                NbhdMode.EQCLASS: self._value_eq,
+            }[self.mode]
+        self.grow(table.capacity)
+
+    def grow(self, capacity: int) -> None:
+        """Extend the per-slot lists to ``capacity`` slots (the table grew)."""
+        n = capacity - len(self.state)
+        if n <= 0:
+            return
+        self.state.extend(bytes(n))
+        if self.tracking:
+            self.cost.extend(array("f", bytes(4 * n)))
+            self.parents.extend([] for _ in range(n))
+            self.children.extend([] for _ in range(n))
+            self._ecn.extend([-1] * n)
+
+    # ------------------------------------------------------------------- events
+    def on_new(self, slot: int, cost: float, parents: Sequence[int] = ()) -> None:
+        """``slot`` is a new resident storage produced from ``parents`` (live slots)."""
+        if slot >= len(self.state):
+            self.grow(self.table.capacity)
+        self.state[slot] = RESIDENT
+        if not self.tracking:
+            return
+        self.cost[slot] = cost
+        if parents:
+            self.add_edges(slot, parents)
+
+    def add_edges(self, slot: int, parents: Sequence[int]) -> None:
+        """Add the edges parent -> ``slot`` (duplicates and self edges are ignored)."""
+        if not self.tracking:
+            return
+        st, ps, ch = self.state, self.parents[slot], self.children
+        for p in parents:
+            p = int(p)
+            if p == slot or p in ps:
+                continue
+            ps.append(p)
+            ch[p].append(slot)
+            sp, ss = st[p], st[slot]
+            if self._eq:  # NOTE [ Eqclass rules ] rule 5: no merge
+                if ss == RESIDENT and sp == EVICTED:
+                    self._front_add(self._find(self._ecn[p]), slot, 1)
+                    self.dirty.add(slot)
+                elif ss == EVICTED and sp == RESIDENT:
+                    self._front_add(self._find(self._ecn[slot]), p, 1)
+                    self.dirty.add(p)
+            elif sp == EVICTED or ss == EVICTED:
+                for x in (slot, p):
+                    if st[x] == RESIDENT:
+                        self.dirty.add(x)
+                    self._mark(x, self.children)
+                    self._mark(x, self.parents)
+
+    def on_evict(self, slot: int) -> None:
+        """A resident ``slot`` was evicted."""
+        self.state[slot] = EVICTED
+        if not self.tracking:
+            return
+        self.dirty.discard(slot)
+        if self._eq:
+            self._eq_evict(slot)
+        else:
+            self._mark(slot, self.children)
+            if self.mode is NbhdMode.EXACT:
+                self._mark(slot, self.parents)
+
+    def on_remat(self, slot: int) -> None:
+        """An evicted ``slot`` was rematerialized (is resident again)."""
+        if not self.tracking:
+            self.state[slot] = RESIDENT
+            return
+        if self._eq:
+            self._eq_leave(slot)
+            self.state[slot] = RESIDENT
+            st, find, ecn = self.state, self._find, self._ecn
+            for adj in (self.parents[slot], self.children[slot]):
+                for m in adj:
+                    if st[m] == EVICTED:
+                        self._front_add(find(ecn[m]), slot, 1)
+        else:
+            self.state[slot] = RESIDENT
+            self._mark(slot, self.children)
+            if self.mode is NbhdMode.EXACT:
+                self._mark(slot, self.parents)
+        self.dirty.add(slot)
+
+    def on_release(self, slot: int) -> None:
+        """``slot`` is forgotten for good: its edges are dropped, it becomes FREE."""
+        if self.tracking:
+            st = self.state
+            if st[slot] == EVICTED:
+                if self._eq:
+                    self._eq_leave(slot)
+                else:
+                    self._mark(slot, self.children)
+                    self._mark(slot, self.parents)
+            elif self._eq:
+                find, ecn = self._find, self._ecn
+                for adj in (self.parents[slot], self.children[slot]):
+                    for m in adj:
+                        if st[m] == EVICTED:
+                            self._front_add(find(ecn[m]), slot, -1)
+            for p in self.parents[slot]:
+                self.children[p].remove(slot)
+            for c in self.children[slot]:
+                self.parents[c].remove(slot)
+            self.parents[slot] = []
+            self.children[slot] = []
+            self.cost[slot] = 0.0
+            self.dirty.discard(slot)
+        self.state[slot] = FREE
+
+    def on_cost(self, slot: int, cost: float) -> None:
+        """The compute cost of ``slot`` changed to ``cost``."""
+        if not self.tracking:
+            return
+        old = self.cost[slot]
+        self.cost[slot] = cost
+        if self.state[slot] != EVICTED or self.cost[slot] == old:
+            return
+        if self._eq:  # NOTE [ Eqclass rules ] rule 4
+            root = self._find(self._ecn[slot])
+            self._uf_val[root] += _fixed(self.cost[slot]) - _fixed(old)
+            self.dirty.update(self._uf_front[root])
+        else:
+            self._mark(slot, self.children)
+            if self.mode is NbhdMode.EXACT:
+                self._mark(slot, self.parents)
+
+    # ------------------------------------------------------------------ queries
+    def flush(self) -> int:
+        """Recompute every dirty resident slot and write the table column; returns how many."""
+        dirty = self.dirty
+        if not dirty:
+            return 0
+        slots = list(dirty)
+        dirty.clear()
+        value = self._value
+        vals = [value(r) for r in slots]
+        self.recomputed += len(slots)
+        if len(slots) <= 32:
+            set_nbhd = self.table.set_nbhd_cost
+            for r, v in zip(slots, vals):
+                set_nbhd(r, v)
+        else:
+            self.table.update_many(np.asarray(slots, np.int64), nbhd_cost=np.asarray(vals))
+        return len(slots)
+
+    def refresh(self, slot: int) -> None:
+        """Bring one slot's table value up to date (if it is dirty)."""
+        if slot in self.dirty:
+            self.dirty.discard(slot)
+            self.recomputed += 1
+            self.table.set_nbhd_cost(slot, self._value(slot))
+
+    def value(self, slot: int) -> float:
+        """The current float64 neighbourhood cost of a resident ``slot``, computed now."""
+        return self._value(slot) if self.tracking else 0.0
+
+    def _region(self, r: int, adj: list[list[int]]) -> set[int]:
+        """Evicted slots reachable from ``r`` along ``adj`` through evicted slots only."""
+        st, seen, stack = self.state, set(), [r]
+        while stack:
+            for v in adj[stack.pop()]:
+                if st[v] == EVICTED and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        return seen
+
+    def _value_ancestors(self, r: int) -> float:
+        up = self._region(r, self.parents)
+        cost = self.cost
+        return math.fsum([cost[u] for u in up]) if up else 0.0
+
+    def _value_exact(self, r: int) -> float:
+        region = self._region(r, self.parents)
+        region |= self._region(r, self.children)  # disjoint in a DAG; a union in any case
+        cost = self.cost
+        return math.fsum([cost[u] for u in region]) if region else 0.0
+
+    def _value_eq(self, r: int) -> float:
+        st, find, ecn, val = self.state, self._find, self._ecn, self._uf_val
+        roots = {find(ecn[m]) for m in self.parents[r] if st[m] == EVICTED}
+        roots.update(find(ecn[m]) for m in self.children[r] if st[m] == EVICTED)
+        return _unfixed(sum(val[c] for c in roots)) if roots else 0.0
+
+    def _mark(self, t: int, adj: list[list[int]]) -> None:
+        """Mark dirty the resident slots met searching from ``t`` along ``adj`` through
+        evicted slots (NOTE [ Neighbourhood staging ] rule 1)."""
+        st, dirty, seen, stack = self.state, self.dirty, {t}, [t]
+        while stack:
+            for v in adj[stack.pop()]:
+                if v in seen:
+                    continue
+                seen.add(v)
+                s = st[v]
+                if s == EVICTED:
+                    stack.append(v)
+                elif s == RESIDENT:
+                    dirty.add(v)
+
+    # ------------------------------------------------------------ eqclass (union-find)
+    def _find(self, x: int) -> int:
+        parent = self._uf_parent
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def _front_add(self, root: int, r: int, d: int) -> None:
+        front = self._uf_front[root]
+        c = front.get(r, 0) + d
+        if c:
+            front[r] = c
+        else:
+            del front[r]
+
+    def _new_node(self, slot: int) -> int:
+        if self._uf_free:
+            n = self._uf_free.pop()
+            self._uf_parent[n] = n
+            self._uf_val[n] = _fixed(self.cost[slot])
+            self._uf_slot[n] = slot
+            self._uf_members[n] = [n]
+            self._uf_front[n] = {}
+            self._uf_live[n] = 1
+        else:
+            n = len(self._uf_parent)
+            self._uf_parent.append(n)
+            self._uf_val.append(_fixed(self.cost[slot]))
+            self._uf_slot.append(slot)
+            self._uf_members.append([n])
+            self._uf_front.append({})
+            self._uf_live.append(1)
+        self._ecn[slot] = n
+        return n
+
+    def _union(self, a: int, b: int) -> int:
+        a, b = self._find(a), self._find(b)
+        if a == b:
+            return a
+        members, front = self._uf_members, self._uf_front
+        if len(members[a]) < len(members[b]):
+            a, b = b, a
+        self._uf_parent[b] = a
+        self._uf_val[a] += self._uf_val[b]
+        self._uf_live[a] += self._uf_live[b]
+        members[a].extend(members[b])
+        fa, fb = front[a], front[b]
+        if len(fa) < len(fb):
+            fa, fb = fb, fa
+        for r, c in fb.items():
+            fa[r] = fa.get(r, 0) + c
+        front[a] = fa
+        members[b] = front[b] = None
+        return a
+
+    def _eq_evict(self, t: int) -> None:
+        """NOTE [ Eqclass rules ] rule 1, keeping the frontier counters."""
+        st, find, ecn = self.state, self._find, self._ecn
+        n = self._new_node(t)
+        own = self._uf_front[n]
+        roots = []
+        for adj in (self.parents[t], self.children[t]):
+            for m in adj:
+                s = st[m]
+                if s == EVICTED:
+                    root = find(ecn[m])
+                    self._front_add(root, t, -1)  # t is no longer a resident neighbour
+                    roots.append(root)
+                elif s == RESIDENT:
+                    own[m] = own.get(m, 0) + 1
+        root = n
+        for other in roots:
+            root = self._union(root, other)
+        self.dirty.update(self._uf_front[root])
+
+    def _eq_leave(self, t: int) -> None:
+        """NOTE [ Eqclass rules ] rule 3: evicted ``t`` leaves its class."""
+        st, n = self.state, self._ecn[t]
+        root = self._find(n)
+        self._ecn[t] = -1
+        self._uf_val[root] -= _fixed(self.cost[t])
+        self._uf_live[root] -= 1
+        front, dirty = self._uf_front[root], self.dirty
+        for adj in (self.parents[t], self.children[t]):
+            for m in adj:
+                if st[m] == RESIDENT:
+                    c = front[m] - 1
+                    if c:
+                        front[m] = c
+                    else:
+                        del front[m]
+                    dirty.add(m)
+        dirty.update(front)
+        if self._uf_live[root] == 0:  # dead class: reuse its nodes (rule 6)
+            if front or self._uf_val[root]:
+                raise AssertionError(f"bug of tritondtr: dead class {root} still has a frontier")
+            for node in self._uf_members[root]:
+                self._uf_members[node] = self._uf_front[node] = None
+                self._uf_free.append(node)
+
+    # ---------------------------------------------------------------- debugging
+    def check_invariants(self) -> None:
+        """Raise AssertionError naming the first violated invariant: edge symmetry, dirty
+        slots resident, clean resident values current, eqclass bookkeeping."""
+        st, ts = self.state, self.table.host_state
+        for s in range(len(st)):
+            assert (st[s] == FREE) == (ts[s] == 0), f"slot {s}: residency disagrees with table"
+        if not self.tracking:
+            return
+        for s in range(len(st)):
+            ps, cs = self.parents[s], self.children[s]
+            assert len(set(ps)) == len(ps) and s not in ps, f"slot {s}: duplicate/self parent"
+            if st[s] == FREE:
+                assert not ps and not cs, f"free slot {s} has edges"
+            for p in ps:
+                assert s in self.children[p], f"edge {p}->{s} missing from children[{p}]"
+            for c in cs:
+                assert s in self.parents[c], f"edge {s}->{c} missing from parents[{c}]"
+        for s in self.dirty:
+            assert st[s] == RESIDENT, f"dirty slot {s} is {_STATE_NAMES[st[s]]}"
+        host = self.table.host_nbhd_cost
+        for s in range(len(st)):
+            if st[s] == RESIDENT and s not in self.dirty:
+                want = np.float32(self._value(s))
+                assert host[s] == want, f"slot {s}: nbhd_cost {host[s]} but current is {want}"
+        if self._eq:
+            self._check_eq()
+
+    def _check_eq(self) -> None:
+        st, ecn = self.state, self._ecn
+        live: dict[int, list[int]] = {}
+        for s in range(len(st)):
+            assert (ecn[s] >= 0) == (st[s] == EVICTED), f"slot {s}: class node vs state"
+            if ecn[s] >= 0:
+                assert self._uf_slot[ecn[s]] == s, f"slot {s}: node points elsewhere"
+                live.setdefault(self._find(ecn[s]), []).append(s)
+        for root, slots in live.items():
+            assert self._uf_live[root] == len(slots), f"class {root}: live count"
+            want = sum(_fixed(self.cost[s]) for s in slots)
+            assert self._uf_val[root] == want, f"class {root}: value is not the live cost sum"
+            front: dict[int, int] = {}
+            for s in slots:
+                for m in self.parents[s] + self.children[s]:
+                    if st[m] == RESIDENT:
+                        front[m] = front.get(m, 0) + 1
+            assert self._uf_front[root] == front, f"class {root}: frontier counters"
