@@ -1,0 +1,266 @@
+"""Victim selection in one launch: score every slot and reduce to the k lowest (score, slot).
+
+# NOTE [ One-launch selection ]
+# 1. Order: pairs (key, slot) compare lexicographically, so ties go to the lowest slot id.
+#    Non-candidates carry (sentinel, int64 max): a candidate whose score is +inf (or int64
+#    max) still beats every non-candidate, and a sentinel pair is never a result (-1).
+# 2. Each program strides over tiles of BLOCK slots (persistent grid) and keeps its best K
+#    pairs: for K == 1 one running pair per lane, reduced once at the end; for K > 1 a sorted
+#    list, merged with a tile only when some slot of the tile beats the list's K-th pair.
+# 3. A lexicographic min is two built-in reductions (min of the keys, then min of the slots
+#    holding that key) rather than a tl.reduce with a tuple combine function: as fast on a
+#    GPU, and the interpreter runs built-in reductions in numpy but a custom combine
+#    function once per element in Python.
+# 4. Every program writes its K pairs to the partials, then takes a ticket from a counter
+#    (barrier first, acq_rel atomic): the program that draws the last ticket reads all the
+#    partials (bypassing L1: .cg), reduces them to the final K, writes the slot ids and
+#    resets the counter to 0 for the next launch. No program ever waits for another.
+# 5. The counter is one int32 per (device, stream), allocated zeroed once and cached: no
+#    memset launch per call. Launches on one stream are ordered, so a launch always finds 0.
+# 6. k up to MAX_K is one launch. A larger k uses the score kernel and two stable sorts.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .heuristic_scores import HEURISTIC_IDS, _block, _tile_keys, check_columns, key_dtype
+from .heuristic_scores import score as score_all
+
+__all__ = ["MAX_K", "select"]
+
+MAX_K = 128
+_INT64_MAX: tl.constexpr = 2**63 - 1
+
+
+@triton.jit
+def _lex_lt(a_key, a_idx, b_key, b_idx):
+    """(a_key, a_idx) < (b_key, b_idx), lexicographically, elementwise."""
+    return (a_key < b_key) | ((a_key == b_key) & (a_idx < b_idx))
+
+
+@triton.jit
+def _lex_min(key, idx):
+    """The smallest (key, idx) pair of a 1-D block, as two scalars (NOTE rule 3)."""
+    m_key = tl.min(key, axis=0)
+    m_idx = tl.min(tl.where(key == m_key, idx, _INT64_MAX), axis=0)
+    return m_key, m_idx
+
+
+@triton.jit
+def _merge_sorted(a_key, a_idx, b_key, b_idx, SENT: tl.constexpr, K: tl.constexpr):
+    """The K smallest pairs of two ascending [K] lists, ascending.
+
+    Real pairs are distinct (distinct slots); the rank of a pair in the union is its position
+    in its own list plus the number of smaller pairs in the other one, so real pairs take
+    ranks 0 .. n_real - 1 and sentinels only come after them.
+    """
+    r = tl.arange(0, K)
+    # [K(i), K(j)]: is b_j before a_i, is a_i before b_j
+    b_first = _lex_lt(b_key[None, :], b_idx[None, :], a_key[:, None], a_idx[:, None])
+    a_first = _lex_lt(a_key[:, None], a_idx[:, None], b_key[None, :], b_idx[None, :])
+    rank_a = r + tl.sum(b_first.to(tl.int32), axis=1)
+    rank_b = r + tl.sum(a_first.to(tl.int32), axis=0)
+    # [K(p), K(i)]: position p takes the pair whose rank is p
+    hit_a = rank_a[None, :] == r[:, None]
+    hit_b = rank_b[None, :] == r[:, None]
+    key = tl.minimum(
+        tl.min(tl.where(hit_a, a_key[None, :], SENT), axis=1),
+        tl.min(tl.where(hit_b, b_key[None, :], SENT), axis=1),
+    )
+    idx = tl.minimum(
+        tl.min(tl.where(hit_a, a_idx[None, :], _INT64_MAX), axis=1),
+        tl.min(tl.where(hit_b, b_idx[None, :], _INT64_MAX), axis=1),
+    )
+    return key, idx
+
+
+@triton.jit
+def _merge_tile(key, idx, best_key, best_idx, SENT: tl.constexpr, K: tl.constexpr):
+    """Merge a tile of pairs ([BLOCK], any order) into the sorted best list ([K] each)."""
+    r = tl.arange(0, K)
+    # The K-th best pair so far: only pairs below it can enter the list.
+    thr_key = tl.min(tl.where(r == K - 1, best_key, SENT), axis=0)
+    thr_idx = tl.min(tl.where(r == K - 1, best_idx, _INT64_MAX), axis=0)
+    enters = _lex_lt(key, idx, thr_key, thr_idx)
+    n_enter = tl.sum(enters.to(tl.int32), axis=0)
+    if n_enter > 0:
+        key = tl.where(enters, key, SENT)
+        idx = tl.where(enters, idx, _INT64_MAX)
+        tile_key = tl.full([K], SENT, key.dtype)
+        tile_idx = tl.full([K], _INT64_MAX, tl.int64)
+        # The tile's own best min(n_enter, K) pairs, one lexicographic min per round.
+        for i in range(tl.minimum(n_enter, K)):
+            m_key, m_idx = _lex_min(key, idx)
+            tile_key = tl.where(r == i, m_key, tile_key)
+            tile_idx = tl.where(r == i, m_idx, tile_idx)
+            taken = idx == m_idx
+            key = tl.where(taken, SENT, key)
+            idx = tl.where(taken, _INT64_MAX, idx)
+        best_key, best_idx = _merge_sorted(best_key, best_idx, tile_key, tile_idx, SENT, K)
+    return best_key, best_idx
+
+
+@triton.jit(do_not_specialize=["now", "rand_base"])
+def _select_kernel(
+    # pointers: the columns, [N] each
+    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
+    # pointers: workspace, partials [P * K] (keys: KEY_DTYPE, slots: int64), counter [1] int32
+    part_key_ptr, part_idx_ptr, counter_ptr,
+    # pointer: output [k] int64, slot ids best first, -1 past the last candidate
+    out_ptr,
+    # sizes
+    N, k,
+    # scalars
+    now, rand_base,
+    # meta-parameters
+    HEURISTIC: tl.constexpr, KEY_DTYPE: tl.constexpr, SENT: tl.constexpr,
+    K: tl.constexpr, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    r = tl.arange(0, K)
+
+    # ---- phase 1: this program's best K pairs over its tiles (NOTE rule 2)
+    if K == 1:
+        acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
+        acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
+    else:
+        best_key = tl.full([K], SENT, KEY_DTYPE)
+        best_idx = tl.full([K], _INT64_MAX, tl.int64)
+    for start in range(pid.to(tl.int64) * BLOCK, N, num_progs.to(tl.int64) * BLOCK):
+        offs = (start + lanes).to(tl.int64)
+        key, cand = _tile_keys(
+            cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
+            offs, offs < N, now, rand_base, HEURISTIC,
+        )
+        idx = tl.where(cand, offs, _INT64_MAX)
+        if K == 1:
+            better = _lex_lt(key, idx, acc_key, acc_idx)
+            acc_key = tl.where(better, key, acc_key)
+            acc_idx = tl.where(better, idx, acc_idx)
+        else:
+            best_key, best_idx = _merge_tile(key, idx, best_key, best_idx, SENT, K)
+    if K == 1:
+        best_key, best_idx = _lex_min(acc_key, acc_idx)
+    tl.store(part_key_ptr + pid * K + r, best_key)
+    tl.store(part_idx_ptr + pid * K + r, best_idx)
+
+    # ---- phase 2: the last program to finish reduces all partials (NOTE rule 4)
+    tl.debug_barrier()  # every thread's partial stores precede the release below
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == num_progs - 1:
+        n_part = num_progs * K
+        if K == 1:
+            acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
+            acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
+        else:
+            best_key = tl.full([K], SENT, KEY_DTYPE)
+            best_idx = tl.full([K], _INT64_MAX, tl.int64)
+        for start in range(0, n_part, BLOCK):
+            offs = start + lanes
+            m = offs < n_part
+            key = tl.load(part_key_ptr + offs, mask=m, other=SENT, cache_modifier=".cg")
+            idx = tl.load(part_idx_ptr + offs, mask=m, other=_INT64_MAX, cache_modifier=".cg")
+            if K == 1:
+                better = _lex_lt(key, idx, acc_key, acc_idx)
+                acc_key = tl.where(better, key, acc_key)
+                acc_idx = tl.where(better, idx, acc_idx)
+            else:
+                best_key, best_idx = _merge_tile(key, idx, best_key, best_idx, SENT, K)
+        if K == 1:
+            best_key, best_idx = _lex_min(acc_key, acc_idx)
+        tl.store(out_ptr + r, tl.where(best_idx == _INT64_MAX, -1, best_idx), mask=r < k)
+        tl.atomic_xchg(counter_ptr, 0)  # ready for the next launch (NOTE rule 5)
+
+
+_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def _counter(device: torch.device) -> torch.Tensor:
+    """The zeroed ticket counter of ``device``'s current stream, [1] int32 (NOTE rule 5)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    counter = _COUNTERS.get((device, stream))
+    if counter is None:
+        counter = _COUNTERS[(device, stream)] = torch.zeros(1, dtype=torch.int32, device=device)
+    return counter
+
+
+def _programs(device: torch.device, n_tiles: int, k_pad: int) -> int:
+    if device.type != "cuda":
+        # The interpreter runs programs one after another: a few suffice to exercise the
+        # strided loop and the partial reduction.
+        return min(n_tiles, 4)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    # Enough programs in flight per SM to saturate memory (two per SM for the register-heavy
+    # K > 1 merge); an estimate for an H100, not a measurement (this box has no GPU).
+    return min(n_tiles, sms * (4 if k_pad == 1 else 2))
+
+
+def select(
+    name: str,
+    cost: torch.Tensor,
+    size: torch.Tensor,
+    last_access: torch.Tensor,
+    nbhd_cost: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    now: int,
+    rand_base: int,
+    k: int,
+    block: int | None = None,
+    programs: int | None = None,
+) -> torch.Tensor:
+    """The k lowest-scoring candidate slots, [k] int64 on the input device, best first.
+
+    Args as :func:`score`, plus ``k`` >= 1. Ordered by (score, slot id); padded with -1 when
+    there are fewer than k candidates. One launch for k <= MAX_K (NOTE [ One-launch
+    selection ]). ``block`` (a power of two) and ``programs`` override the tiling, for tests.
+    """
+    cols = (cost, size, last_access, nbhd_cost, state)
+    n = check_columns(name, cols, now, rand_base)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    device = cost.device
+    out = torch.full((k,), -1, dtype=torch.int64, device=device)
+    if n == 0:
+        return out
+    if k > MAX_K:
+        return _select_by_sorting(name, cols, now, rand_base, out)
+    k_pad = triton.next_power_of_2(k)
+    block = block or _block(n)
+    if block & (block - 1) or block < 16:
+        raise ValueError(f"block must be a power of two >= 16, got {block}")
+    n_tiles = triton.cdiv(n, block)
+    p = programs or _programs(device, n_tiles, k_pad)
+    dtype = key_dtype(name)
+    part_key = torch.empty(p * k_pad, dtype=dtype, device=device)
+    part_idx = torch.empty(p * k_pad, dtype=torch.int64, device=device)
+    counter = _counter(device)
+    try:
+        _select_kernel[(p,)](
+            *cols, part_key, part_idx, counter, out, n, k, now, rand_base,
+            HEURISTIC=HEURISTIC_IDS[name],
+            KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
+            SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
+            K=k_pad, BLOCK=block, num_warps=8,
+        )
+    except BaseException:
+        counter.zero_()  # a failed launch must not leave a stale ticket behind
+        raise
+    return out
+
+
+def _select_by_sorting(name, cols, now, rand_base, out):
+    """k > MAX_K: all scores, then ordered by (score, non-candidate, slot) with stable sorts."""
+    key = score_all(name, *cols, now=now, rand_base=rand_base)
+    other = (cols[4] != 1).to(torch.int8)
+    by_cand = torch.sort(other, stable=True).indices  # candidates first, ascending slots
+    order = by_cand[torch.sort(key[by_cand], stable=True).indices]
+    m = min(out.numel(), order.numel())
+    ids = order[:m]
+    out[:m] = torch.where(other[ids] == 0, ids, -1)
+    return out
