@@ -20,10 +20,11 @@ host-side lock counts and pins, and keeps the table's ``state`` column equal to:
 #    gain members); values are exact functions of the evicted set (NOTE [ Neighbourhood
 #    staging ] rule 4), so this holds bit for bit, and the built-in scores are non-decreasing
 #    in ``nbhd_cost`` (float32 rounding and division by a positive denominator are monotone).
-# 3. Serve the first cached slot v that is still a candidate. If its ``nbhd_cost`` is what it
-#    was at the scoring, v is exact: every uncached candidate u had (score, u) > (score, v)
-#    then and its score only went up since; every cached slot before v is no longer a
-#    candidate. If v's value changed, the cache is dropped and everything is re-scored.
+# 3. Serve the first cached slot v that is still a candidate, if its ``nbhd_cost``, recomputed
+#    now for v alone, is what it was at the scoring. Then v is exact: every uncached
+#    candidate u had (score, u) > (score, v) then and its score only went up since; every
+#    cached slot before v is no longer a candidate. If v's value changed, the cache is
+#    dropped and everything is re-scored.
 # 4. Any other mutation that can lower a score or add a candidate (new, access, remat,
 #    set_cost, add_parents, unlock, unpin, release of an evicted slot) or a different ``now``
 #    drops the cache. lock, pin and release of a resident slot only remove candidates (and
@@ -253,15 +254,12 @@ class Engine:
         if c is not None and c[0] == self._epoch and c[1] == now:
             ids, snap, pos = c[2], c[3], c[4]
             st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
-            host = self.table.host_nbhd_cost
             while pos < len(ids):
                 v = ids[pos]
                 if st[v] != RESIDENT or locks[v] or pinned[v]:
                     pos += 1
                     continue
-                if v in nb.dirty:
-                    nb.refresh(v)
-                if float(host[v]) == snap[pos]:
+                if not nb.tracking or float(np.float32(nb.value(v))) == snap[pos]:
                     c[4] = pos
                     self.cache_hits += 1
                     return v

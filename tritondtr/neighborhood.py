@@ -10,23 +10,29 @@ op(s) that produced t, ``children`` the reverse. In the modes of :class:`NbhdMod
 * ``eqclass``: the union-find approximation (paper §4.1), see NOTE [ Eqclass rules ].
 
 # NOTE [ Neighbourhood staging ]
-# 1. Each event (new / evict / rematerialize / release / cost change / new edge) marks the
-#    resident slots whose ``nbhd_cost`` may have changed as dirty; nothing is recomputed then.
-#    exact: the resident slots met by searching down (children) and up (parents) from the slot
-#    through evicted nodes; ancestors: searching down only; eqclass: the resident neighbours of
-#    the live members of the changed class (kept per class as a frontier counter).
-# 2. ``flush()`` recomputes every dirty resident slot once and writes the table column;
-#    the engine calls it before every selection, so a selection never reads a stale value.
-# 3. Only resident slots hold a meaningful ``nbhd_cost``: an evicted slot keeps its last
+# 1. Events only record where something changed; nothing is recomputed then. exact/ancestors:
+#    the slot is a "start" (evict, remat, cost change, both ends of a new edge). eqclass: the
+#    changed class is recorded, and the resident neighbours that lose a class are marked dirty.
+# 2. ``flush()`` first turns the records into dirty resident slots: exact: one multi-source
+#    search down (children) and one up (parents) from all starts through evicted slots, with
+#    one shared ``seen`` set, marking the resident slots met (and resident starts); ancestors:
+#    the search down only; eqclass: the frontier of every recorded class (the resident slots
+#    adjacent to its live members, kept as counters). It then recomputes each dirty slot once
+#    and writes the table column. The engine flushes before every selection.
+# 3. Deferring is exact: if a resident r's value changed, some path from r (through slots
+#    evicted now, or evicted at the last flush) reaches a touched slot; the touched slot
+#    closest to r is a start whose prefix towards r was evicted all along, so the search
+#    from it meets r. Releasing a slot drops edges, so a release marks eagerly, before.
+# 4. Only resident slots hold a meaningful ``nbhd_cost``: an evicted slot keeps its last
 #    resident value (it is never a candidate), a rematerialized slot is marked dirty, and a
 #    freed slot is zeroed by the table.
-# 4. Values are exact functions of the evicted set: exact/ancestors sum with ``math.fsum``
+# 5. Values are exact functions of the evicted set: exact/ancestors sum with ``math.fsum``
 #    (the correctly rounded float64 of the exact sum of the float32 costs), eqclass keeps class
 #    values as exact integers in units of 2**-149 (every float32 is an integer multiple of it).
 #    The float64 is then rounded to float32 by the table. Hence a value never depends on the
 #    order of events or of summation, tests can compare exactly, and evicting a storage never
 #    lowers any resident slot's value (NOTE [ Exact batched choice ] in engine.py relies on it).
-# 5. No recursion anywhere: searches use explicit stacks, ``find`` compresses iteratively.
+# 6. No recursion anywhere: searches use explicit stacks, ``find`` compresses iteratively.
 
 # NOTE [ Eqclass rules ] (simrd's RuntimeV2Optimized + DTREqClass, made exact)
 # 1. Evicting t gives t a fresh class {t} of value cost(t), then merges it with the class of
@@ -89,8 +95,10 @@ class Neighborhood:
         self.cost = array("f")
         self.parents: list[list[int]] = []
         self.children: list[list[int]] = []
-        self.dirty: set[int] = set()
-        self.recomputed = 0  # counter: nbhd values computed by flush/refresh
+        self.dirty: set[int] = set()  # resident slots to recompute at the next flush
+        self._starts: set[int] = set()  # exact/ancestors: where searches start at flush
+        self._dirty_classes: list[int] = []  # eqclass: classes whose frontier gets marked
+        self.recomputed = 0  # counter: nbhd values computed by flush
         # eqclass union-find over nodes (NOTE [ Eqclass rules ]); arrays indexed by node id.
         self._ecn: list[int] = []  # slot -> its live node, -1 when not evicted
         self._uf_parent: list[int] = []
@@ -152,11 +160,8 @@ class Neighborhood:
                     self._front_add(self._find(self._ecn[slot]), p, 1)
                     self.dirty.add(p)
             elif sp == EVICTED or ss == EVICTED:
-                for x in (slot, p):
-                    if st[x] == RESIDENT:
-                        self.dirty.add(x)
-                    self._mark(x, self.children)
-                    self._mark(x, self.parents)
+                self._starts.add(slot)
+                self._starts.add(p)
 
     def on_evict(self, slot: int) -> None:
         """A resident ``slot`` was evicted."""
@@ -167,9 +172,7 @@ class Neighborhood:
         if self._eq:
             self._eq_evict(slot)
         else:
-            self._mark(slot, self.children)
-            if self.mode is NbhdMode.EXACT:
-                self._mark(slot, self.parents)
+            self._starts.add(slot)
 
     def on_remat(self, slot: int) -> None:
         """An evicted ``slot`` was rematerialized (is resident again)."""
@@ -186,21 +189,20 @@ class Neighborhood:
                         self._front_add(find(ecn[m]), slot, 1)
         else:
             self.state[slot] = RESIDENT
-            self._mark(slot, self.children)
-            if self.mode is NbhdMode.EXACT:
-                self._mark(slot, self.parents)
+            self._starts.add(slot)
         self.dirty.add(slot)
 
     def on_release(self, slot: int) -> None:
         """``slot`` is forgotten for good: its edges are dropped, it becomes FREE."""
         if self.tracking:
             st = self.state
-            if st[slot] == EVICTED:
-                if self._eq:
-                    self._eq_leave(slot)
-                else:
-                    self._mark(slot, self.children)
-                    self._mark(slot, self.parents)
+            if self._eq and st[slot] == EVICTED:
+                self._eq_leave(slot)
+            elif not self._eq and (st[slot] == EVICTED or slot in self._starts):
+                # NOTE [ Neighbourhood staging ] rule 3: mark now, the edges are about to go.
+                self._starts.discard(slot)
+                self._mark_from([slot], self.children)
+                self._mark_from([slot], self.parents)
             elif self._eq:
                 find, ecn = self._find, self._ecn
                 for adj in (self.parents[slot], self.children[slot]):
@@ -228,15 +230,31 @@ class Neighborhood:
         if self._eq:  # NOTE [ Eqclass rules ] rule 4
             root = self._find(self._ecn[slot])
             self._uf_val[root] += _fixed(self.cost[slot]) - _fixed(old)
-            self.dirty.update(self._uf_front[root])
+            self._dirty_classes.append(root)
         else:
-            self._mark(slot, self.children)
-            if self.mode is NbhdMode.EXACT:
-                self._mark(slot, self.parents)
+            self._starts.add(slot)
 
     # ------------------------------------------------------------------ queries
+    def stage(self) -> None:
+        """Turn the recorded events into dirty slots (NOTE [ Neighbourhood staging ] rule 2)."""
+        if self._starts:
+            starts = self._starts
+            st, dirty = self.state, self.dirty
+            dirty.update(s for s in starts if st[s] == RESIDENT)
+            self._mark_from(starts, self.children)
+            if self.mode is NbhdMode.EXACT:
+                self._mark_from(starts, self.parents)
+            starts.clear()
+        if self._dirty_classes:
+            find, front, dirty = self._find, self._uf_front, self.dirty
+            for root in {find(c) for c in self._dirty_classes}:
+                if front[root]:  # None for a dead class
+                    dirty.update(front[root])
+            self._dirty_classes.clear()
+
     def flush(self) -> int:
         """Recompute every dirty resident slot and write the table column; returns how many."""
+        self.stage()
         dirty = self.dirty
         if not dirty:
             return 0
@@ -252,13 +270,6 @@ class Neighborhood:
         else:
             self.table.update_many(np.asarray(slots, np.int64), nbhd_cost=np.asarray(vals))
         return len(slots)
-
-    def refresh(self, slot: int) -> None:
-        """Bring one slot's table value up to date (if it is dirty)."""
-        if slot in self.dirty:
-            self.dirty.discard(slot)
-            self.recomputed += 1
-            self.table.set_nbhd_cost(slot, self._value(slot))
 
     def value(self, slot: int) -> float:
         """The current float64 neighbourhood cost of a resident ``slot``, computed now."""
@@ -291,10 +302,10 @@ class Neighborhood:
         roots.update(find(ecn[m]) for m in self.children[r] if st[m] == EVICTED)
         return _unfixed(sum(val[c] for c in roots)) if roots else 0.0
 
-    def _mark(self, t: int, adj: list[list[int]]) -> None:
-        """Mark dirty the resident slots met searching from ``t`` along ``adj`` through
-        evicted slots (NOTE [ Neighbourhood staging ] rule 1)."""
-        st, dirty, seen, stack = self.state, self.dirty, {t}, [t]
+    def _mark_from(self, starts, adj: list[list[int]]) -> None:
+        """Mark dirty the resident slots met searching from every start along ``adj``
+        through evicted slots; one shared ``seen`` set (NOTE [ Neighbourhood staging ])."""
+        st, dirty, seen, stack = self.state, self.dirty, set(starts), list(starts)
         while stack:
             for v in adj[stack.pop()]:
                 if v in seen:
@@ -382,7 +393,7 @@ class Neighborhood:
         root = n
         for other in roots:
             root = self._union(root, other)
-        self.dirty.update(self._uf_front[root])
+        self._dirty_classes.append(root)
 
     def _eq_leave(self, t: int) -> None:
         """NOTE [ Eqclass rules ] rule 3: evicted ``t`` leaves its class."""
@@ -401,18 +412,20 @@ class Neighborhood:
                     else:
                         del front[m]
                     dirty.add(m)
-        dirty.update(front)
         if self._uf_live[root] == 0:  # dead class: reuse its nodes (rule 6)
             if front or self._uf_val[root]:
                 raise AssertionError(f"bug of tritondtr: dead class {root} still has a frontier")
             for node in self._uf_members[root]:
                 self._uf_members[node] = self._uf_front[node] = None
                 self._uf_free.append(node)
+        else:
+            self._dirty_classes.append(root)
 
     # ---------------------------------------------------------------- debugging
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first violated invariant: edge symmetry, dirty
         slots resident, clean resident values current, eqclass bookkeeping."""
+        self.stage()  # pending records become dirty slots; nothing is recomputed
         st, ts = self.state, self.table.host_state
         for s in range(len(st)):
             assert (st[s] == FREE) == (ts[s] == 0), f"slot {s}: residency disagrees with table"

@@ -1,0 +1,302 @@
+"""Neighbourhood maintenance against independent references.
+
+exact / ancestors: a brute-force e* by graph search, summed exactly with fractions.
+eqclass: a literal model of NOTE [ Eqclass rules ] (class labels relabelled on merge, exact
+fractions), written without union-find. Values are compared exactly (float32 equality): the
+engine's values are exact functions of the evicted set (NOTE [ Neighbourhood staging ] rule 5).
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tritondtr.engine import Engine
+from tritondtr.neighborhood import EVICTED, RESIDENT
+
+MODES = {"dtr": "exact", "dtr_eq": "eqclass", "msps": "ancestors"}
+
+
+class Reference:
+    """The graph, residency and eqclass bookkeeping, kept independently of the engine."""
+
+    def __init__(self) -> None:
+        self.cost: dict[int, Fraction] = {}
+        self.parents: dict[int, set[int]] = {}
+        self.children: dict[int, set[int]] = {}
+        self.evicted: set[int] = set()
+        self.order: dict[int, int] = {}  # creation counter, to keep new edges acyclic
+        # eqclass: node ids are fresh per eviction, classes are label -> members / value
+        self.node_of: dict[int, int] = {}
+        self.label: dict[int, int] = {}
+        self.members: dict[int, set[int]] = {}
+        self.value: dict[int, Fraction] = {}
+        self.next_id = 0
+
+    def new(self, slot: int, cost: float, parents) -> None:
+        self.cost[slot] = Fraction(float(np.float32(cost)))
+        self.parents[slot] = {p for p in parents if p != slot}
+        self.children[slot] = set()
+        for p in self.parents[slot]:
+            self.children[p].add(slot)
+        self.order[slot] = self.next_id
+        self.next_id += 1
+
+    def add_parents(self, slot: int, parents) -> None:
+        for p in parents:
+            if p != slot:
+                self.parents[slot].add(p)
+                self.children[p].add(slot)
+
+    def evict(self, t: int) -> None:
+        self.evicted.add(t)
+        node = self.next_id
+        self.next_id += 1
+        self.node_of[t] = node
+        self.label[node] = node
+        self.members[node] = {node}
+        self.value[node] = self.cost[t]
+        for m in self.parents[t] | self.children[t]:
+            if m in self.evicted and m != t:
+                other, mine = self.label[self.node_of[m]], self.label[node]
+                if other != mine:
+                    for x in self.members.pop(other):
+                        self.label[x] = mine
+                        self.members[mine].add(x)
+                    self.value[mine] += self.value.pop(other)
+
+    def leave(self, t: int) -> None:
+        self.evicted.discard(t)
+        self.value[self.label[self.node_of.pop(t)]] -= self.cost[t]
+
+    def release(self, t: int) -> None:
+        if t in self.evicted:
+            self.leave(t)
+        for p in self.parents.pop(t):
+            self.children[p].discard(t)
+        for c in self.children.pop(t):
+            self.parents[c].discard(t)
+        del self.cost[t], self.order[t]
+
+    def set_cost(self, t: int, cost: float) -> None:
+        new = Fraction(float(np.float32(cost)))
+        if t in self.evicted:
+            self.value[self.label[self.node_of[t]]] += new - self.cost[t]
+        self.cost[t] = new
+
+    def region(self, r: int, adj: dict[int, set[int]]) -> set[int]:
+        seen, todo = set(), [r]
+        while todo:
+            for v in adj[todo.pop()]:
+                if v in self.evicted and v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return seen
+
+    def nbhd(self, r: int, mode: str) -> np.float32:
+        if mode == "eqclass":
+            labels = {self.label[self.node_of[m]]
+                      for m in self.parents[r] | self.children[r] if m in self.evicted}
+            total = sum((self.value[c] for c in labels), Fraction(0))
+        else:
+            region = self.region(r, self.parents)
+            if mode == "exact":
+                region |= self.region(r, self.children)
+            total = sum((self.cost[u] for u in region), Fraction(0))
+        return np.float32(float(total))
+
+
+def _cost(rng: random.Random) -> float:
+    kind = rng.random()
+    if kind < 0.1:
+        return 0.0
+    if kind < 0.4:
+        return float(rng.randint(1, 1000))
+    return rng.lognormvariate(0, 3)
+
+
+def drive(heuristic: str, n_ops: int, seed: int, check_every: int = 25) -> Engine:
+    """Random new / evict / remat / release / set_cost / add_parents, compared with the
+    reference after every ``check_every`` operations and at the end."""
+    rng = random.Random(seed)
+    mode = MODES[heuristic]
+    eng = Engine(heuristic, device="cpu", capacity=4)
+    ref = Reference()
+    for i in range(n_ops):
+        now = i + 1
+        live = list(ref.cost)
+        resident = [s for s in live if s not in ref.evicted]
+        evicted = list(ref.evicted)
+        op = rng.random()
+        if op < 0.3 or not live:
+            recent = live[-12:]
+            parents = rng.sample(recent, min(len(recent), rng.randint(0, 3)))
+            c = _cost(rng)
+            slot = eng.new(c, rng.randint(1, 100), now, parents)
+            ref.new(slot, c, parents)
+        elif op < 0.6 and resident:
+            t = rng.choice(resident)
+            eng.evict(t)
+            ref.evict(t)
+        elif op < 0.75 and evicted:
+            t = rng.choice(evicted)
+            eng.remat(t, now)
+            ref.leave(t)
+        elif op < 0.83:
+            t = rng.choice(live)
+            eng.release(t)
+            ref.release(t)
+        elif op < 0.91:
+            t, c = rng.choice(live), _cost(rng)
+            eng.set_cost(t, c)
+            ref.set_cost(t, c)
+        elif len(live) >= 2:
+            a, b = rng.sample(live, 2)
+            p, s = (a, b) if ref.order[a] < ref.order[b] else (b, a)
+            eng.add_parents(s, [p])
+            ref.add_parents(s, [p])
+        if i % check_every == 0 or i == n_ops - 1:
+            compare(eng, ref, mode)
+    return eng
+
+
+def compare(eng: Engine, ref: Reference, mode: str) -> None:
+    eng.flush()
+    host = eng.table.host_nbhd_cost
+    for s in ref.cost:
+        if s in ref.evicted:
+            assert eng.nbhd.state[s] == EVICTED
+            continue
+        assert eng.nbhd.state[s] == RESIDENT
+        want = ref.nbhd(s, mode)
+        assert host[s] == want, f"slot {s}: nbhd_cost {host[s]!r}, reference {want!r} ({mode})"
+
+
+@pytest.mark.parametrize("n_ops", [40, 300, 800])
+@pytest.mark.parametrize("heuristic", list(MODES))
+def test_random_dags_match_reference(heuristic, n_ops):
+    for seed in range(3):
+        eng = drive(heuristic, n_ops, seed)
+        eng.check_invariants()
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), heuristic=st.sampled_from(list(MODES)))
+def test_random_dags_match_reference_hypothesis(seed, heuristic):
+    drive(heuristic, 150, seed, check_every=7).check_invariants()
+
+
+@pytest.mark.parametrize("heuristic", list(MODES))
+def test_invariants_hold_after_every_event(heuristic):
+    """check_invariants also verifies clean values and the eqclass frontier counters."""
+    rng = random.Random(7)
+    eng = Engine(heuristic, device="cpu", capacity=2)
+    slots: list[int] = []
+    for now in range(1, 200):
+        op = rng.random()
+        res = [s for s in slots if eng.is_resident(s)]
+        ev = [s for s in slots if eng.is_evicted(s)]
+        if op < 0.35 or not slots:
+            slots.append(eng.new(_cost(rng), 8, now, rng.sample(slots[-8:], min(2, len(slots)))))
+        elif op < 0.65 and res:
+            eng.evict(rng.choice(res))
+        elif op < 0.85 and ev:
+            eng.remat(rng.choice(ev), now)
+        else:
+            t = rng.choice(slots)
+            slots.remove(t)
+            eng.release(t)
+        eng.check_invariants()
+
+
+def _chain(heuristic: str, costs: list[float]) -> tuple[Engine, list[int]]:
+    eng = Engine(heuristic, device="cpu")
+    slots: list[int] = []
+    for i, c in enumerate(costs):
+        slots.append(eng.new(c, 1, i, slots[-1:]))
+    return eng, slots
+
+
+def _nbhd(eng: Engine, slot: int) -> float:
+    eng.flush()
+    return float(eng.table.host_nbhd_cost[slot])
+
+
+def test_modes_differ_as_the_paper_says():
+    """Chain a-b-c-d with a, b, c evicted, then b rematerialized.
+    exact: d sees {c}; ancestors: d sees {c}; eqclass: the class {a, b, c} is not split by
+    the remat of b (links are not removed), so d sees a + c."""
+    costs = [1.0, 10.0, 100.0, 1000.0]
+    want = {"dtr": 100.0, "msps": 100.0, "dtr_eq": 101.0}
+    for h, w in want.items():
+        eng, (a, b, c, d) = _chain(h, costs)
+        for t in (a, b, c):
+            eng.evict(t)
+        assert _nbhd(eng, d) == 111.0
+        eng.remat(b, 10)
+        assert _nbhd(eng, d) == w, h
+        # b's own value: exact: a (up) + c (down); ancestors: a; eqclass: class {a, c} once.
+        assert _nbhd(eng, b) == {"dtr": 101.0, "msps": 1.0, "dtr_eq": 101.0}[h]
+        eng.check_invariants()
+
+
+def test_eqclass_remat_subtracts_and_gives_a_fresh_class():
+    eng, (a, b, c, d) = _chain("dtr_eq", [1.0, 10.0, 100.0, 1000.0])
+    eng.evict(b)
+    eng.evict(c)
+    assert _nbhd(eng, a) == 110.0 and _nbhd(eng, d) == 110.0
+    eng.remat(c, 5)  # class {b, c} keeps b only: 10
+    assert _nbhd(eng, d) == 0.0 and _nbhd(eng, c) == 10.0 and _nbhd(eng, a) == 10.0
+    eng.evict(d)  # a fresh class {d}: c's neighbours b and d are two classes
+    assert _nbhd(eng, c) == 1010.0
+    eng.evict(c)  # c merges b's class and d's class
+    assert _nbhd(eng, a) == 1110.0
+    eng.check_invariants()
+
+
+def test_none_mode_keeps_no_graph():
+    eng, slots = _chain("lru", [1.0, 2.0, 3.0])
+    assert eng.nbhd.parents == [] and not eng.nbhd.tracking
+    eng.evict(slots[1])
+    assert _nbhd(eng, slots[0]) == 0.0 and _nbhd(eng, slots[2]) == 0.0
+    eng.check_invariants()
+
+
+def test_diamond_counts_shared_ancestor_once():
+    eng = Engine("dtr", device="cpu")
+    a = eng.new(1.0, 1, 0)
+    b = eng.new(2.0, 1, 1, [a])
+    c = eng.new(4.0, 1, 2, [a])
+    d = eng.new(8.0, 1, 3, [b, c])
+    for t in (a, b, c):
+        eng.evict(t)
+    assert _nbhd(eng, d) == 7.0
+    eng.remat(b, 4)
+    assert _nbhd(eng, b) == 1.0 and _nbhd(eng, d) == 5.0
+
+
+@pytest.mark.parametrize("heuristic", list(MODES))
+def test_million_chain_without_recursion(heuristic):
+    """A 1e6-long chain: evict everything, flush (one search spans the chain), remat in
+    order; no recursion anywhere (NOTE [ Neighbourhood staging ] rule 6)."""
+    n = 1_000_000
+    eng = Engine(heuristic, device="cpu", capacity=n)
+    prev: list[int] = []
+    for _ in range(n):
+        prev = [eng.new(1.0, 1, 0, prev)]
+    last = prev[0]
+    for s in range(n - 1):  # slots are 0..n-1 in creation order
+        eng.evict(s)
+    assert _nbhd(eng, last) == n - 1  # exact in float32: n - 1 < 2**24
+    if heuristic == "dtr_eq":
+        root = eng.nbhd._find(eng.nbhd._ecn[0])
+        assert eng.nbhd._uf_live[root] == n - 1
+    for s in range(n - 1):
+        eng.remat(s, 1)
+    eng.flush()
+    assert not eng.table.host_nbhd_cost.any()
