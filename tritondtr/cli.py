@@ -9,6 +9,7 @@ import sys
 # name -> (module, help). Each module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 _COMMANDS = {
     "env": ("tritondtr.env_cli", "print versions, device and Triton backend (for bug reports)"),
+    "simulate": ("tritondtr.sim.cli", "replay traces under memory budgets (the paper's Figure 2)"),
 }
 
 

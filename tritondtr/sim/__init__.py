@@ -1,0 +1,41 @@
+"""The simulator: replays traces of training iterations on the engine, with no real tensors.
+
+Load a trace (:func:`load_trace`: our ``.npz``/``.jsonl`` forms or a DTR prototype log), get
+its :func:`baseline`, then :func:`simulate` one budget or :func:`sweep` many. Traces are
+written with :class:`TraceBuilder` and :func:`save_trace`. Semantics: NOTE [ Replay semantics ]
+in :mod:`tritondtr.sim.replay`; formats: docs/trace-format.md.
+"""
+
+from .baseline import Baseline, baseline
+from .builder import TraceBuilder
+from .dtrlog import read_dtr_log
+from .program import Program, compile_trace
+from .replay import RunStats, replay_program
+from .simulate import DEFAULT_RATIOS, SimResult, make_engine, simulate, sweep
+from .trace import EventKind, Trace, TraceError
+from .trace_io import detect_format, load_trace, save_trace
+
+__all__ = [
+    # traces
+    "Trace",
+    "EventKind",
+    "TraceError",
+    "TraceBuilder",
+    "load_trace",
+    "save_trace",
+    "detect_format",
+    "read_dtr_log",
+    # runs
+    "Baseline",
+    "baseline",
+    "SimResult",
+    "simulate",
+    "sweep",
+    "DEFAULT_RATIOS",
+    "make_engine",
+    # internals for generators and benchmarks
+    "Program",
+    "compile_trace",
+    "RunStats",
+    "replay_program",
+]

@@ -38,6 +38,7 @@ from .program import (
     KIND_RETAIN,
     Program,
 )
+from .ties import PoolOrder
 
 __all__ = ["RunStats", "replay_program"]
 
@@ -68,13 +69,18 @@ def replay_program(
     budget: int,
     remat_limit: float,
     on_event: Callable[[int], None] | None = None,
+    ties: str = "slot",
 ) -> RunStats:
     """Replay ``prog`` under ``budget`` bytes on a fresh ``engine`` (NOTE [ Replay semantics ]).
 
     ``engine`` is a :class:`tritondtr.engine.Engine` (or anything with its interface) that
     owns all metadata and chooses every victim. ``on_event(i)`` is called every 4096 events.
+    ``ties``: ``"slot"`` (the engine's rule) or ``"simrd"`` (NOTE [ Tie order ]).
     """
+    if ties not in ("slot", "simrd"):
+        raise ValueError(f"ties must be 'slot' (the engine's rule) or 'simrd', got {ties!r}")
     run = _Run(prog, engine, budget, remat_limit)
+    run.pool = PoolOrder(max(1024, prog.num_storages)) if ties == "simrd" else None
     t0 = time.perf_counter()
     status = "ok"
     try:
@@ -108,6 +114,7 @@ class _Run:
         self.mem = self.peak = 0
         self.evictions = self.eager = self.remats = self.selections = 0
         self.remat_compute = 0.0
+        self.pool: PoolOrder | None = None  # NOTE [ Tie order ]
 
     # ------------------------------------------------------------------ events
     def run(self, on_event) -> None:
@@ -150,7 +157,27 @@ class _Run:
             e.set_cost(self.slot[s], self.cost[s])
             if parents:
                 e.add_parents(self.slot[s], [self.slot[q] for q in parents])
-        self._materialize(lo, False)
+        defined = self.defined
+        for q in p.op_inputs[o]:
+            if not defined[q] or self.pool is not None:
+                self._materialize(lo, False)
+                break
+        else:  # fast path: every input is resident (NOTE [ Replay semantics ] 3)
+            now, last, slot = self.clock, self.last, self.slot
+            parents = p.op_new_parents[o]  # the distinct input storages
+            for s in parents:
+                last[s] = now
+                e.access(slot[s], now)
+            need = p.op_total[o]
+            if self.mem + need > self.budget:
+                # Locks only matter while victims are chosen; taking them just for the
+                # eviction loop is equivalent and saves two engine calls per input.
+                for s in parents:
+                    e.lock(slot[s])
+                self._free(need)
+                for s in parents:
+                    e.unlock(slot[s])
+            self._compute(lo, o, False)
         now, last, slot = self.clock, self.last, self.slot
         for t in range(lo, hi):
             s = sid[t]
@@ -185,6 +212,9 @@ class _Run:
             self._compute(t, o, is_remat)
             for q in ins:
                 e.unlock(slot[sid[q]])
+                if self.pool is not None and not e.lock_count(slot[sid[q]]) \
+                        and not self.pinned[sid[q]]:
+                    self.pool.stamp(slot[sid[q]])
             stack.pop()
             if stack:  # the parent frame's missing input is now defined: lock it
                 parent = stack[-1]
@@ -239,6 +269,13 @@ class _Run:
                 self.last[s] = now
             else:
                 e.remat(slot[s], self.last[s])
+        if self.pool is not None:  # siblings first, then t (NOTE [ Tie order ] 2)
+            ts = sid[t]
+            for s in born:
+                if s != ts:
+                    self.pool.stamp(slot[s])
+            if ts in born:
+                self.pool.stamp(slot[ts])
         if remat:
             self.remats += 1
             self.remat_compute += cost
@@ -250,7 +287,7 @@ class _Run:
         e, budget = self.e, self.budget
         while self.mem + need > budget:
             self.selections += 1
-            v = e.choose(self.clock)
+            v = e.choose(self.clock) if self.pool is None else self.pool.choose(e, self.clock)
             if v is None:
                 raise _Fail("oom")
             self.evictions += 1

@@ -25,8 +25,9 @@ class SimResult:
     ``thrash`` (rematerialization compute exceeded ``(overhead_limit - 1) x`` the baseline).
     ``overhead``: compute (ns, the clock) / baseline compute, at the point of failure if any.
     ``evictions`` counts heuristic choices; ``eager_evictions`` storages evicted at their last
-    release; ``remats`` rematerializing op runs; ``selections`` engine ``choose`` calls;
-    ``wall_s`` the replay's wall time in seconds.
+    release; ``remats`` rematerializing op runs; ``selections`` victim choices asked of the engine,
+    ``scorings`` the full scorings it ran for them (it serves several choices from one, NOTE
+    [ Exact batched choice ]); ``wall_s`` the replay's wall time in seconds.
     """
 
     trace: str
@@ -42,6 +43,7 @@ class SimResult:
     remats: int
     remat_compute: float
     selections: int
+    scorings: int
     wall_s: float
 
     @property
@@ -70,13 +72,16 @@ def simulate(
     backend: str = "auto",
     device=None,
     seed: int = 0,
+    ties: str = "slot",
     engine_factory: Callable[..., object] | None = None,
 ) -> SimResult:
     """Replay ``trace`` under a memory budget with one heuristic.
 
     Give either ``ratio`` (of the baseline peak, :meth:`Baseline.budget`) or ``budget`` (bytes,
-    or a string such as ``"2GiB"``). ``engine_factory(heuristic)`` replaces the default engine
-    (tests, instrumented engines). Returns a :class:`SimResult`.
+    or a string such as ``"2GiB"``). ``ties="simrd"`` breaks score ties in the reference
+    simulator's order instead of the engine's lowest slot id (NOTE [ Tie order ]).
+    ``engine_factory(heuristic)`` replaces the default engine (tests, instrumented engines).
+    Returns a :class:`SimResult`.
     """
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
@@ -92,7 +97,7 @@ def simulate(
     else:
         engine = engine_factory(heuristic)
     limit = base.compute * (overhead_limit - 1.0)
-    stats = replay_program(prog, engine, nbytes, limit)
+    stats = replay_program(prog, engine, nbytes, limit, ties=ties)
     return SimResult(
         trace=str(trace.meta.get("name", trace.meta.get("source", "trace"))),
         heuristic=str(getattr(heuristic, "value", heuristic)),
@@ -107,6 +112,7 @@ def simulate(
         remats=stats.remats,
         remat_compute=stats.remat_compute,
         selections=stats.selections,
+        scorings=int(getattr(engine, "selections", -1)),
         wall_s=stats.wall_s,
     )
 

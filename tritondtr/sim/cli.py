@@ -1,0 +1,164 @@
+"""Replay traces under memory budgets with each heuristic, in the style of the DTR paper's
+Figure 2: prints a table, writes results.csv, baselines.csv and figure2.png to --out.
+
+TRACE is a tritondtr trace (.npz or .jsonl, optionally .gz) or a DTR prototype log; the form
+is detected from the content. Budgets are ratios of the baseline peak memory (the peak of a
+run with unlimited memory in which every storage is freed at its last release); --budget
+gives absolute budgets instead. Each heuristic stops at its first failing ratio (oom: nothing
+left to evict; thrash: rematerialization compute above (overhead-limit - 1) x the baseline
+compute) unless --no-stop is given.
+
+examples:
+  tritondtr simulate ../shared/traces/dtr-prototype/resnet32.log
+  tritondtr simulate a.log b.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
+  tritondtr simulate run.jsonl.gz --budget 2GiB --heuristics dtr_eq
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+DEFAULT_HEURISTICS = "dtr,dtr_eq,dtr_local,msps,lru,size"
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1.0,0.5 got {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("traces", nargs="+", metavar="TRACE",
+                        help="trace file(s): .npz / .jsonl (optionally .gz) or a DTR log")
+    parser.add_argument("--heuristics", default=DEFAULT_HEURISTICS,
+                        help=f"comma-separated heuristic names (default: {DEFAULT_HEURISTICS}; "
+                             "also: random, and registered user heuristics)")
+    parser.add_argument("--ratios", type=_floats, default=None,
+                        help="comma-separated budgets as fractions of the baseline peak, run in "
+                             "the order given (default: 1.0,0.9,...,0.1)")
+    parser.add_argument("--budget", action="append", default=None, metavar="BYTES",
+                        help="an absolute budget such as 2GiB or 1500000000 (repeatable); "
+                             "replaces --ratios")
+    parser.add_argument("--backend", default="auto", choices=("auto", "triton", "torch"),
+                        help="scoring backend of the engine (default: auto = Triton on CUDA, "
+                             "torch elsewhere)")
+    parser.add_argument("--device", default="cpu",
+                        help="device of the engine's metadata table (default: cpu; 'cuda' "
+                             "for large traces on a GPU)")
+    parser.add_argument("--overhead-limit", type=float, default=2.0,
+                        help="a run thrashes when its total compute would exceed this multiple "
+                             "of the baseline compute (default: 2.0)")
+    parser.add_argument("--ties", default="slot", choices=("slot", "simrd"),
+                        help="how equal scores are broken: slot = the engine's rule (lowest "
+                             "slot id, i.e. the oldest storage); simrd = the DTR paper "
+                             "simulator's order, to reproduce its numbers (default: slot)")
+    parser.add_argument("--no-stop", action="store_true",
+                        help="run every ratio even after a heuristic failed")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random heuristic")
+    parser.add_argument("--out", default="sim-out", metavar="DIR",
+                        help="directory for results.csv, baselines.csv, figure2.png "
+                             "(default: ./sim-out)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.add_argument("--reference", metavar="JSON",
+                        help="a figure2-reference.json: draw its curves dashed and add "
+                             "ref_status / ref_overhead columns")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ..units import format_bytes, parse_bytes
+    from .baseline import baseline
+    from .simulate import DEFAULT_RATIOS, simulate
+    from .trace_io import load_trace
+
+    heuristics = [h.strip() for h in args.heuristics.split(",") if h.strip()]
+    ratios = args.ratios or list(DEFAULT_RATIOS)
+    budgets = [parse_bytes(b) for b in args.budget] if args.budget else None
+    points = budgets if budgets else ratios
+    reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    sweeps, rows = {}, []
+    bar = tqdm(total=len(args.traces) * len(heuristics) * len(points), unit="run",
+               disable=args.no_progress)
+    for path in args.traces:
+        trace = load_trace(path)
+        name = trace.meta.get("name", Path(path).stem)
+        base = baseline(trace)
+        print(f"{name}: {trace.num_ops} ops, {trace.num_tensors} tensors; baseline compute "
+              f"{base.compute / 1e6:.1f} ms, peak {format_bytes(base.peak_bytes)}, constants "
+              f"{format_bytes(base.constant_bytes)}, largest op "
+              f"{format_bytes(base.bottleneck_bytes)}")
+        results = []
+        for h in heuristics:
+            for i, x in enumerate(points):
+                kw = {"budget": x} if budgets else {"ratio": x}
+                bar.set_description(f"{name} {h} {x}")
+                res = simulate(trace, h, overhead_limit=args.overhead_limit,
+                               backend=args.backend, device=args.device, seed=args.seed,
+                               ties=args.ties, **kw)
+                results.append(res)
+                bar.update(1)
+                if not res.ok and not args.no_stop:
+                    bar.update(len(points) - i - 1)
+                    break
+        sweeps[name] = (base, results)
+        rows.extend((name, base, r) for r in results)
+    bar.close()
+
+    ref_of = _reference_lookup(reference)
+    fields = ["trace", "heuristic", "ratio", "budget", "status", "overhead", "peak_bytes",
+              "evictions", "eager_evictions", "remats", "selections", "wall_s"]
+    extra = ["ref_status", "ref_overhead"] if reference else []
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields + extra)
+        for name, _, r in rows:
+            d = r.as_dict()
+            d["trace"] = name
+            w.writerow([d[k] for k in fields] + list(ref_of(name, r)[: len(extra)]))
+    with open(out / "baselines.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["trace", "compute_ns", "peak_bytes", "constant_bytes", "bottleneck_bytes"])
+        for name, (b, _) in sweeps.items():
+            w.writerow([name, b.compute, b.peak_bytes, b.constant_bytes, b.bottleneck_bytes])
+
+    head = (f"{'trace':<14}{'heuristic':<11}{'ratio':>6}{'budget':>12}{'status':>8}"
+            f"{'overhead':>10}{'evictions':>10}{'remats':>8}{'select':>8}{'time s':>8}")
+    if reference:
+        head += f"{'ref':>8}{'ref ovh':>9}"
+    print(head)
+    for name, _, r in rows:
+        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+        line = (f"{name:<14}{r.heuristic:<11}{ratio:>6}{format_bytes(r.budget):>12}"
+                f"{r.status:>8}{r.overhead:>10.4f}{r.evictions:>10}{r.remats:>8}"
+                f"{r.selections:>8}{r.wall_s:>8.2f}")
+        if reference:
+            st, ov = ref_of(name, r)
+            line += f"{st:>8}{ov:>9}"
+        print(line)
+    print(f"total replay time {sum(r.wall_s for *_, r in rows):.1f} s; wrote {out}/results.csv")
+    if not args.no_plot and not budgets:
+        from .plot import plot_sweeps
+
+        ref_curves = {k: v for k, v in (reference or {}).items()}
+        plot_sweeps(sweeps, out / "figure2.png", reference=ref_curves or None)
+        print(f"wrote {out}/figure2.png")
+    return 0
+
+
+def _reference_lookup(reference):
+    def lookup(name, r):
+        for p in (reference or {}).get(name, {}).get(r.heuristic, []):
+            if r.ratio is not None and abs(p["ratio"] - r.ratio) < 1e-9:
+                return p["status"], f"{p['overhead']:.4f}"
+        return "", ""
+
+    return lookup
