@@ -235,6 +235,8 @@ def select(
     if block & (block - 1) or block < 16:
         raise ValueError(f"block must be a power of two >= 16, got {block}")
     n_tiles = triton.cdiv(n, block)
+    if programs is not None and (not isinstance(programs, int) or programs < 1):
+        raise ValueError(f"programs must be a positive int, got {programs!r}")
     p = programs or _programs(device, n_tiles, k_pad)
     dtype = key_dtype(name)
     part_key = torch.empty(p * k_pad, dtype=dtype, device=device)
@@ -246,7 +248,7 @@ def select(
             HEURISTIC=HEURISTIC_IDS[name],
             KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
             SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
-            K=k_pad, BLOCK=block, num_warps=8,
+            K=k_pad, BLOCK=block, num_warps=8 if block >= 2048 or k_pad >= 32 else 4,
         )
     except BaseException:
         counter.zero_()  # a failed launch must not leave a stale ticket behind
