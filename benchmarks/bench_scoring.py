@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     files.append(plot_rows(rows, [("decision_latency", "us per decision"),
                                   ("throughput", "candidates per second")],
                            args.out / f"scoring_{tag}.png", title=title))
-    print(_report(rows, where, copy_gbs, env, notes, verdicts, h))
+    report = _report(rows, where, copy_gbs, env, notes, verdicts, h)
+    files.append(args.out / f"scoring_{tag}.md")
+    files[-1].write_text(report.lstrip() + "\n")
+    print(report)
     print("wrote " + ", ".join(map(str, files)))
     mismatched = any(r.note.startswith("MISMATCH") for r in rows)
     return 2 if mismatched else 0

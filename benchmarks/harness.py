@@ -180,9 +180,9 @@ def copy_bandwidth(
 
 # ------------------------------------------------------------------------ environment
 def describe_device(device: torch.device | str) -> str:
-    """The hardware of ``device`` in words, e.g. ``"NVIDIA H100 80GB HBM3 (79.1 GiB, cc 9.0,
-    132 SMs)"`` or ``"CPU: Intel(R) Xeon(R) Processor, 2 cores x86_64, 23 GiB RAM, torch 2
-    threads"``."""
+    """The hardware of ``device`` in words, e.g.
+    ``"NVIDIA H100 80GB HBM3 (79.1 GiB, cc 9.0, 132 SMs)"`` or
+    ``"CPU: Intel(R) Xeon(R) Processor, 2 cores x86_64, 23 GiB RAM, torch threads: 2"``."""
     dev = torch.device(device)
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
@@ -191,7 +191,7 @@ def describe_device(device: torch.device | str) -> str:
     if dev.type != "cpu":
         return str(dev)
     return (f"CPU: {_cpu_model()}, {os.cpu_count()} cores {platform.machine()}, "
-            f"{_ram_gib():.0f} GiB RAM, torch {torch.get_num_threads()} threads")
+            f"{_ram_gib():.0f} GiB RAM, torch threads: {torch.get_num_threads()}")
 
 
 def _cpu_model() -> str:
