@@ -58,7 +58,7 @@ class _Lines:
 
     def next(self, want: str, after: str, lineno: int) -> tuple[int, dict]:
         if self.pos >= len(self.records):
-            raise self.error(lineno, f"the log ends where a {want} line for {after} was expected")
+            raise self.error(lineno, f"the log ends where the {want} line for {after} was expected")
         n, rec = self.records[self.pos]
         self.pos += 1
         if rec["INSTRUCTION"] != want:
