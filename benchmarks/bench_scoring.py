@@ -132,7 +132,9 @@ def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
     ):
         if (slow, n) in lat and (fast, n) in lat:
             s = ratio(lat[slow, n], lat[fast, n])
-            found.append((name, f"{s.median:.0f}x (IQR bounds {s.q1:.0f}x to {s.q3:.0f}x)",
+            mins = lat[slow, n].min / lat[fast, n].min  # the least disturbed samples
+            found.append((name, f"{s.median:.1f}x of medians (IQR bounds {s.q1:.1f}x to "
+                          f"{s.q3:.1f}x; {mins:.1f}x of minima)",
                           s.median >= need, make("target", f"{slow}/{fast}", n, s, "x",
                                                  on=fast)))
         else:

@@ -164,9 +164,10 @@ def copy_bandwidth(
 ) -> tuple[Stats, Timing]:
     """Measured copy bandwidth of ``device`` in GB/s (1e9 bytes/s), counting read + write.
 
-    Copies one buffer of ``nbytes`` (default 1 GiB on CUDA, far beyond any L2; 256 MiB on CPU,
-    beyond any L3) into another with ``Tensor.copy_``: 2 * nbytes move per copy. This is the
-    practical ceiling a memory-bound kernel on the same device is compared with.
+    Copies one buffer of ``nbytes`` into another with ``Tensor.copy_``: 2 * nbytes move per
+    copy. Default 1 GiB on CUDA (far beyond any GPU's L2) and 256 MiB on CPU (source plus
+    destination 512 MiB, beyond the L3 of common server CPUs). This is the practical ceiling a
+    memory-bound kernel on the same device is compared with.
     """
     dev = torch.device(device)
     if nbytes is None:
