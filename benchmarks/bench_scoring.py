@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         providers.append(p)
         if p in caps and max(sizes) > caps[p][0]:
             notes.append(f"{p} capped at N <= {caps[p][0]:,} (raise with {caps[p][1]})")
+    if not providers:
+        print("\n".join(notes) + "\nnothing to measure: no requested provider can run here")
+        return 1
     where = {d: describe_device(d) for d in {"cuda" if p in ON_CUDA else "cpu"
                                             for p in providers} | {"cpu"}}
     params = f"heuristic={h.value};k=1;evictable={args.evictable};seed={args.seed}"

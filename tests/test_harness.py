@@ -139,3 +139,29 @@ def test_the_scoring_sweep_runs_end_to_end(tmp_path, capsys):
     assert not any(r.note.startswith("MISMATCH") for r in rows)
     assert all(r.params.startswith("heuristic=dtr_eq;k=1") for r in rows if r.size)
     assert "not measured" in capsys.readouterr().out
+
+
+def test_target_verdicts_from_rows():
+    """The four targets of issue 2 section 6, from rows alone (the GPU ones cannot run here)."""
+
+    def make(what, provider, size, stats, unit, timing=None, note="", on=None):
+        return _row(what=what, provider=provider, size=size, stats=stats, unit=unit, note=note)
+
+    def lat(provider, n, us):
+        return _row(provider=provider, size=n, stats=Stats(us, us, us, us, us))
+
+    frac = [_row(what="bandwidth_fraction", provider="triton", size=n, unit="fraction",
+                 stats=Stats(f, f, f, f, f)) for n, f in ((10**7, 0.1), (2**24, 0.85),
+                                                          (10**8, 0.7))]
+    rows = [*frac, lat("triton", 10**6, 19.0), lat("torch-cuda", 10**6, 80.0),
+            lat("torch", 10**5, 500.0), lat("python", 10**5, 40_000.0)]
+    out, lines = bench_scoring.targets(rows, make)
+    got = {(r.provider, r.size): r.note.split(":")[0] for r in out}
+    assert got == {("triton", 2**24): "PASS", ("triton", 10**8): "FAIL",
+                   ("triton", 10**6): "PASS", ("torch-cuda/triton", 10**6): "FAIL",
+                   ("python/torch", 10**5): "FAIL"}
+    ratio = next(r for r in out if r.provider == "python/torch")
+    assert ratio.median == 80.0 and ratio.unit == "x"
+    assert not any("not measured" in ln for ln in lines)
+    _, lines = bench_scoring.targets(rows[:1], make)
+    assert sum("not measured" in ln for ln in lines) == 4
