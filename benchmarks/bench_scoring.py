@@ -262,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                 bar.update()
             del cpu_cols, gpu_cols, ref_cols
 
-    target_rows, verdicts = targets(rows, make)
-    rows += target_rows
+    if h is Heuristic.DTR:
+        target_rows, verdicts = targets(rows, make)
+        rows += target_rows
+    else:
+        verdicts = ["----  the targets are defined for heuristic dtr; none evaluated"]
     tag = args.tag or _default_tag(cuda)
     files = [write_csv(rows, args.out / f"scoring_{tag}.csv"),
              write_json(rows, args.out / f"scoring_{tag}.json")]
