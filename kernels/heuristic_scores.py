@@ -17,25 +17,25 @@ __all__ = ["HEURISTIC_IDS", "check_columns", "key_dtype", "score"]
 
 # Heuristic ids, the HEURISTIC meta-parameter. dtr and dtr_eq share the formula: their
 # nbhd_cost columns differ upstream.
-_DTR: tl.constexpr = 0
-_DTR_LOCAL: tl.constexpr = 1
-_MSPS: tl.constexpr = 2
-_LRU: tl.constexpr = 3
-_SIZE: tl.constexpr = 4
-_RANDOM: tl.constexpr = 5
+_DTR = tl.constexpr(0)
+_DTR_LOCAL = tl.constexpr(1)
+_MSPS = tl.constexpr(2)
+_LRU = tl.constexpr(3)
+_SIZE = tl.constexpr(4)
+_RANDOM = tl.constexpr(5)
 HEURISTIC_IDS = {
     "dtr": 0, "dtr_eq": 0, "dtr_local": 1, "msps": 2, "lru": 3, "size": 4, "random": 5,
 }
 _INT_KEYED = ("lru", "size")
 
-_RESIDENT_EVICTABLE: tl.constexpr = 1
-_INT64_MAX: tl.constexpr = 2**63 - 1
-_INV_2_24: tl.constexpr = 1.0 / (1 << 24)
+_RESIDENT_EVICTABLE = tl.constexpr(1)
+_INT64_MAX = tl.constexpr(2**63 - 1)
+_INV_2_24 = tl.constexpr(1.0 / (1 << 24))
 # lowbias32 multipliers. The second does not fit in int32, so it is written as its int32
 # twin (minus 2**32): both give the same low 32 bits of the product, which is all the hash
 # keeps, and no unsigned constant enters the int64 arithmetic.
-_MUL1: tl.constexpr = 0x7FEB352D
-_MUL2: tl.constexpr = 0x846CA68B - (1 << 32)
+_MUL1 = tl.constexpr(0x7FEB352D)
+_MUL2 = tl.constexpr(0x846CA68B - (1 << 32))
 
 # Launched under the interpreter, the kernels run on CPU tensors; it is read once, at import,
 # exactly as triton reads it when it decorates the kernels.
@@ -171,11 +171,16 @@ def check_columns(
     return n
 
 
-def _block(n: int) -> int:
-    # 4096 slots per program with 8 warps is 16 slots per thread: enough independent loads in
-    # flight for a streaming kernel on an H100 (not measured here: this box has no GPU). Under
-    # the interpreter a large block means few (slow, Python-level) programs.
-    return max(128, min(4096, triton.next_power_of_2(max(n, 1))))
+def _block(n: int, device: torch.device) -> int:
+    """Slots per tile: a power of two, at most the next one above n, at least 128.
+
+    CUDA: 1024 slots over 4 warps is 8 slots per thread, 64 to 128 registers (ptxas -v for
+    sm_90, no spills), so several programs share an SM and keep loads in flight; an estimate
+    for an H100 from register counts, not a timing (no GPU was at hand). The interpreter runs
+    programs and tiles one after another in Python: few, large tiles.
+    """
+    cap = 1024 if device.type == "cuda" else 4096
+    return max(128, min(cap, triton.next_power_of_2(max(n, 1))))
 
 
 def score(
@@ -201,10 +206,10 @@ def score(
     out = torch.empty(n, dtype=key_dtype(name), device=cost.device)
     if n == 0:
         return out
-    block = _block(n)
+    block = _block(n, out.device)
     grid = (triton.cdiv(n, block),)
     _score_kernel[grid](
         *cols, out, n, now, rand_base,
-        HEURISTIC=HEURISTIC_IDS[name], BLOCK=block, num_warps=8 if block >= 2048 else 4,
+        HEURISTIC=HEURISTIC_IDS[name], BLOCK=block, num_warps=4, enable_fp_fusion=False,
     )
     return out

@@ -31,8 +31,8 @@ from .heuristic_scores import score as score_all
 
 __all__ = ["MAX_K", "select"]
 
-MAX_K = 128
-_INT64_MAX: tl.constexpr = 2**63 - 1
+MAX_K = 64  # the [K, K] rank merge spills registers at K = 128 (ptxas -v, sm_90)
+_INT64_MAX = tl.constexpr(2**63 - 1)
 
 
 @triton.jit
@@ -103,6 +103,74 @@ def _merge_tile(key, idx, best_key, best_idx, SENT: tl.constexpr, K: tl.constexp
     return best_key, best_idx
 
 
+@triton.jit
+def _fold(key, idx, acc_key, acc_idx, best_key, best_idx, SENT: tl.constexpr, K: tl.constexpr):
+    """Fold a tile of pairs into the running best: per lane (K == 1) or the sorted list."""
+    if K == 1:
+        better = _lex_lt(key, idx, acc_key, acc_idx)
+        acc_key = tl.where(better, key, acc_key)
+        acc_idx = tl.where(better, idx, acc_idx)
+    else:
+        best_key, best_idx = _merge_tile(key, idx, best_key, best_idx, SENT, K)
+    return acc_key, acc_idx, best_key, best_idx
+
+
+@triton.jit
+def _best_of_tiles(
+    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr, N, now, rand_base,
+    HEURISTIC: tl.constexpr, KEY_DTYPE: tl.constexpr, SENT: tl.constexpr,
+    K: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Phase 1: the best K pairs of this program's tiles, [K] keys and [K] int64 slots."""
+    lanes = tl.arange(0, BLOCK)
+    acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
+    acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
+    best_key = tl.full([K], SENT, KEY_DTYPE)
+    best_idx = tl.full([K], _INT64_MAX, tl.int64)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    for start in range(tl.program_id(0).to(tl.int64) * BLOCK, N, step):
+        offs = (start + lanes).to(tl.int64)
+        key, cand = _tile_keys(
+            cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
+            offs, offs < N, now, rand_base, HEURISTIC,
+        )
+        idx = tl.where(cand, offs, _INT64_MAX)
+        acc_key, acc_idx, best_key, best_idx = _fold(
+            key, idx, acc_key, acc_idx, best_key, best_idx, SENT, K
+        )
+    if K == 1:
+        m_key, m_idx = _lex_min(acc_key, acc_idx)
+        best_key = tl.full([K], m_key, KEY_DTYPE)
+        best_idx = tl.full([K], m_idx, tl.int64)
+    return best_key, best_idx
+
+
+@triton.jit
+def _best_of_partials(
+    part_key_ptr, part_idx_ptr, n_part,
+    KEY_DTYPE: tl.constexpr, SENT: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Phase 2: the best K of the n_part partial pairs, read through L2 (.cg)."""
+    lanes = tl.arange(0, BLOCK)
+    acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
+    acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
+    best_key = tl.full([K], SENT, KEY_DTYPE)
+    best_idx = tl.full([K], _INT64_MAX, tl.int64)
+    for start in range(0, n_part, BLOCK):
+        offs = start + lanes
+        m = offs < n_part
+        key = tl.load(part_key_ptr + offs, mask=m, other=SENT, cache_modifier=".cg")
+        idx = tl.load(part_idx_ptr + offs, mask=m, other=_INT64_MAX, cache_modifier=".cg")
+        acc_key, acc_idx, best_key, best_idx = _fold(
+            key, idx, acc_key, acc_idx, best_key, best_idx, SENT, K
+        )
+    if K == 1:
+        m_key, m_idx = _lex_min(acc_key, acc_idx)
+        best_key = tl.full([K], m_key, KEY_DTYPE)
+        best_idx = tl.full([K], m_idx, tl.int64)
+    return best_key, best_idx
+
+
 @triton.jit(do_not_specialize=["now", "rand_base"])
 def _select_kernel(
     # pointers: the columns, [N] each
@@ -121,59 +189,22 @@ def _select_kernel(
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
-    lanes = tl.arange(0, BLOCK)
     r = tl.arange(0, K)
-
-    # ---- phase 1: this program's best K pairs over its tiles (NOTE rule 2)
-    if K == 1:
-        acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
-        acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
-    else:
-        best_key = tl.full([K], SENT, KEY_DTYPE)
-        best_idx = tl.full([K], _INT64_MAX, tl.int64)
-    for start in range(pid.to(tl.int64) * BLOCK, N, num_progs.to(tl.int64) * BLOCK):
-        offs = (start + lanes).to(tl.int64)
-        key, cand = _tile_keys(
-            cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
-            offs, offs < N, now, rand_base, HEURISTIC,
-        )
-        idx = tl.where(cand, offs, _INT64_MAX)
-        if K == 1:
-            better = _lex_lt(key, idx, acc_key, acc_idx)
-            acc_key = tl.where(better, key, acc_key)
-            acc_idx = tl.where(better, idx, acc_idx)
-        else:
-            best_key, best_idx = _merge_tile(key, idx, best_key, best_idx, SENT, K)
-    if K == 1:
-        best_key, best_idx = _lex_min(acc_key, acc_idx)
+    best_key, best_idx = _best_of_tiles(
+        cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr, N, now, rand_base,
+        HEURISTIC, KEY_DTYPE, SENT, K, BLOCK,
+    )
     tl.store(part_key_ptr + pid * K + r, best_key)
     tl.store(part_idx_ptr + pid * K + r, best_idx)
 
-    # ---- phase 2: the last program to finish reduces all partials (NOTE rule 4)
+    # The last program to finish reduces all partials (NOTE rule 4).
     tl.debug_barrier()  # every thread's partial stores precede the release below
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == num_progs - 1:
-        n_part = num_progs * K
-        if K == 1:
-            acc_key = tl.full([BLOCK], SENT, KEY_DTYPE)
-            acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
-        else:
-            best_key = tl.full([K], SENT, KEY_DTYPE)
-            best_idx = tl.full([K], _INT64_MAX, tl.int64)
-        for start in range(0, n_part, BLOCK):
-            offs = start + lanes
-            m = offs < n_part
-            key = tl.load(part_key_ptr + offs, mask=m, other=SENT, cache_modifier=".cg")
-            idx = tl.load(part_idx_ptr + offs, mask=m, other=_INT64_MAX, cache_modifier=".cg")
-            if K == 1:
-                better = _lex_lt(key, idx, acc_key, acc_idx)
-                acc_key = tl.where(better, key, acc_key)
-                acc_idx = tl.where(better, idx, acc_idx)
-            else:
-                best_key, best_idx = _merge_tile(key, idx, best_key, best_idx, SENT, K)
-        if K == 1:
-            best_key, best_idx = _lex_min(acc_key, acc_idx)
-        tl.store(out_ptr + r, tl.where(best_idx == _INT64_MAX, -1, best_idx), mask=r < k)
+        _, final_idx = _best_of_partials(
+            part_key_ptr, part_idx_ptr, num_progs * K, KEY_DTYPE, SENT, K, BLOCK
+        )
+        tl.store(out_ptr + r, tl.where(final_idx == _INT64_MAX, -1, final_idx), mask=r < k)
         tl.atomic_xchg(counter_ptr, 0)  # ready for the next launch (NOTE rule 5)
 
 
@@ -195,9 +226,9 @@ def _programs(device: torch.device, n_tiles: int, k_pad: int) -> int:
         # strided loop and the partial reduction.
         return min(n_tiles, 4)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    # Enough programs in flight per SM to saturate memory (two per SM for the register-heavy
-    # K > 1 merge); an estimate for an H100, not a measurement (this box has no GPU).
-    return min(n_tiles, sms * (4 if k_pad == 1 else 2))
+    # Registers (ptxas -v, sm_90, BLOCK 1024) allow about 7 programs per SM for k <= 16 and
+    # 1 to 2 for k = 64; 4 and 2 leave room. An estimate, not a timing (no GPU was at hand).
+    return min(n_tiles, sms * (4 if k_pad <= 16 else 2))
 
 
 def select(
@@ -231,7 +262,7 @@ def select(
     if k > MAX_K:
         return _select_by_sorting(name, cols, now, rand_base, out)
     k_pad = triton.next_power_of_2(k)
-    block = block or _block(n)
+    block = block or _block(n, device)
     if block & (block - 1) or block < 16:
         raise ValueError(f"block must be a power of two >= 16, got {block}")
     n_tiles = triton.cdiv(n, block)
@@ -248,7 +279,7 @@ def select(
             HEURISTIC=HEURISTIC_IDS[name],
             KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
             SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
-            K=k_pad, BLOCK=block, num_warps=8 if block >= 2048 or k_pad >= 32 else 4,
+            K=k_pad, BLOCK=block, num_warps=4 if k_pad <= 16 else 8, enable_fp_fusion=False,
         )
     except BaseException:
         counter.zero_()  # a failed launch must not leave a stale ticket behind
