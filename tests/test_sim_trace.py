@@ -96,18 +96,18 @@ def call(name, args, results, time="10", mem=("32",), alias=("-1",)):
 
 
 def test_every_instruction():
-    lines = ([{"INSTRUCTION": "CONSTANT", "NAME": "junk"},
-              {"INSTRUCTION": "MEMORY", "NAME": "junk", "MEMORY": "1"}]  # before START: dropped
-             + [{"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}] + CONST
-             + call("relu", ["w"], ["a"])
-             + call("view", ["a"], ["b"], mem=("32",), alias=("0",))
-             + [{"INSTRUCTION": "COPY", "DST": "w2", "SRC": "w"},
-                {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
-                {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["b", "w"], "MUTATE": ["0"],
-                 "TIME": "5"},
-                {"INSTRUCTION": "COPY_FROM", "DST": "w2", "SRC": "a"},
-                {"INSTRUCTION": "RELEASE", "NAME": "nobody"},
-                {"INSTRUCTION": "RELEASE", "NAME": "a"}])
+    lines = [{"INSTRUCTION": "CONSTANT", "NAME": "junk"},  # before START: dropped
+             {"INSTRUCTION": "MEMORY", "NAME": "junk", "MEMORY": "1"},
+             {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}, *CONST,
+             *call("relu", ["w"], ["a"]),
+             *call("view", ["a"], ["b"], mem=("32",), alias=("0",)),
+             {"INSTRUCTION": "COPY", "DST": "w2", "SRC": "w"},
+             {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
+             {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["b", "w"], "MUTATE": ["0"],
+              "TIME": "5"},
+             {"INSTRUCTION": "COPY_FROM", "DST": "w2", "SRC": "a"},
+             {"INSTRUCTION": "RELEASE", "NAME": "nobody"},
+             {"INSTRUCTION": "RELEASE", "NAME": "a"}]
     t = read_dtr_log([json.dumps(r) for r in lines], "x.log")
     assert t.names == ["w", "relu", "view", "add_"]
     assert t.num_tensors == 4  # w, a, b (view of a), the new version of b
