@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -220,12 +222,17 @@ def _counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _programs(device: torch.device, n_tiles: int, k_pad: int) -> int:
     if device.type != "cuda":
         # The interpreter runs programs one after another: a few suffice to exercise the
         # strided loop and the partial reduction.
         return min(n_tiles, 4)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device.index)
     # Registers (ptxas -v, sm_90, BLOCK 1024) allow about 7 programs per SM for k <= 16 and
     # 1 to 2 for k = 64; 4 and 2 leave room. An estimate, not a timing (no GPU was at hand).
     return min(n_tiles, sms * (4 if k_pad <= 16 else 2))
@@ -256,11 +263,11 @@ def select(
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     device = cost.device
-    out = torch.full((k,), -1, dtype=torch.int64, device=device)
     if n == 0:
-        return out
+        return torch.full((k,), -1, dtype=torch.int64, device=device)
     if k > MAX_K:
-        return _select_by_sorting(name, cols, now, rand_base, out)
+        return _select_by_sorting(name, cols, now, rand_base, k)
+    out = torch.empty(k, dtype=torch.int64, device=device)  # the kernel writes all k entries
     k_pad = triton.next_power_of_2(k)
     block = block or _block(n, device)
     if block & (block - 1) or block < 16:
@@ -287,8 +294,9 @@ def select(
     return out
 
 
-def _select_by_sorting(name, cols, now, rand_base, out):
+def _select_by_sorting(name, cols, now, rand_base, k):
     """k > MAX_K: all scores, then ordered by (score, non-candidate, slot) with stable sorts."""
+    out = torch.full((k,), -1, dtype=torch.int64, device=cols[0].device)
     key = score_all(name, *cols, now=now, rand_base=rand_base)
     other = (cols[4] != 1).to(torch.int8)
     by_cand = torch.sort(other, stable=True).indices  # candidates first, ascending slots

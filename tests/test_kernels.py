@@ -209,16 +209,19 @@ def _bad(**change):
 
 
 @pytest.mark.parametrize(("change", "match"), [
-    (dict(cost=torch.zeros(127, dtype=torch.float64)), "cost must be torch.float32"),
-    (dict(state=torch.zeros(127, dtype=torch.int32)), "state must be torch.int8"),
-    (dict(size=torch.zeros(126, dtype=torch.int64)), "size has 126 slots but cost has 127"),
-    (dict(last_access=torch.zeros(254, dtype=torch.int64)[::2]), "must be contiguous"),
-    (dict(nbhd_cost=torch.zeros(1, 127)), "must be 1-D"),
-    (dict(cost=np.zeros(127, np.float32)), "must be a torch.Tensor"),
+    (dict(cost=lambda d: torch.zeros(127, dtype=torch.float64, device=d)),
+     "cost must be torch.float32"),
+    (dict(state=lambda d: torch.zeros(127, dtype=torch.int32, device=d)),
+     "state must be torch.int8"),
+    (dict(size=lambda d: torch.zeros(126, dtype=torch.int64, device=d)),
+     "size has 126 slots but cost has 127"),
+    (dict(last_access=lambda d: torch.zeros(254, dtype=torch.int64, device=d)[::2]),
+     "must be contiguous"),
+    (dict(nbhd_cost=lambda d: torch.zeros(1, 127, device=d)), "must be 1-D"),
+    (dict(cost=lambda d: np.zeros(127, np.float32)), "must be a torch.Tensor"),
 ], ids=["dtype-cost", "dtype-state", "length", "contiguity", "dim", "numpy"])
 def test_launcher_rejects_bad_columns(change, match):
-    cols = _bad(**{c: t.to(DEVICE) if isinstance(t, torch.Tensor) else t
-                   for c, t in change.items()})
+    cols = _bad(**{c: make(DEVICE) for c, make in change.items()})
     with pytest.raises(ValueError, match=match):
         kernels.select("dtr", *cols, now=1, rand_base=0, k=1)
     with pytest.raises(ValueError, match=match):
@@ -261,7 +264,7 @@ def test_table_triton_backend_equals_torch(h):
 # ------------------------------------------------------------------------ import direction
 @pytest.mark.parametrize("path", sorted((ROOT / "kernels").glob("*.py")), ids=lambda p: p.name)
 def test_kernels_import_only_torch_and_triton(path):
-    allowed = {"__future__", "os", "torch", "triton"}
+    allowed = {"__future__", "functools", "os", "torch", "triton"}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
