@@ -10,6 +10,7 @@ import sys
 _COMMANDS = {
     "env": ("tritondtr.env_cli", "print versions, device and Triton backend (for bug reports)"),
     "simulate": ("tritondtr.sim.cli", "replay traces under memory budgets (the paper's Figure 2)"),
+    "demo": ("tritondtr.demo", "train a small GPT under decreasing memory budgets (the main job)"),
 }
 
 

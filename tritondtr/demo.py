@@ -1,0 +1,358 @@
+"""Train a small GPT-like model under decreasing memory budgets, with exact gradients.
+
+The model learns characters of a short text embedded in this module (no download). It first
+runs without tritondtr (the reference), then under ``tritondtr.runtime.enable(budget=None)``,
+which measures the baseline peak in tritondtr's accounting, then under budgets that are
+decreasing fractions of that peak, down to the lowest that works. Every run starts from the
+same weights and sees the same batches and dropout masks, so its loss and gradients must equal
+the reference bit for bit. Prints a table (budget, peak, evictions, rematerializations, step
+time, gradients equal) and writes demo.csv and demo.png to --out.
+
+examples:
+  tritondtr demo                              # about a minute on a 2-core CPU
+  tritondtr demo --steps 5 --ratios 0.5,0.3 --out out/demo
+  tritondtr demo --layers 12 --width 768 --heads 12 --block 1024 --vocab 50257  # GPT-2 small
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .units import format_bytes
+
+__all__ = ["CORPUS", "DemoRow", "GPTConfig", "TinyGPT", "gpt2_small", "run_demo"]
+
+CORPUS = """\
+A tensor that is not needed now can be dropped and computed again later. Memory is a cache:
+when the budget is full, the runtime picks a victim by its cost to recompute, its size and the
+time since it was last used, and frees it. When a dropped tensor is needed, its parents are
+made resident and the op that made it runs again, with the same random state, so the numbers
+come out the same, bit for bit. The gradient of a long chain flows back one op at a time.
+Small machines train large models this way, trading a little time for a lot of memory.
+The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs.
+Sphinx of black quartz, judge my vow. How vexingly quick daft zebras jump!
+"""
+
+
+# ------------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class GPTConfig:
+    """Sizes of :class:`TinyGPT`: ``block`` tokens of context, ``width`` channels,
+    ``layers`` blocks of ``heads`` attention heads, ``dropout`` probability."""
+
+    vocab: int = 64
+    block: int = 32
+    width: int = 64
+    layers: int = 3
+    heads: int = 4
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
+        if min(self.vocab, self.block, self.width, self.layers, self.heads) < 1:
+            raise ValueError(f"all sizes must be >= 1, got {self}")
+
+
+def gpt2_small(vocab: int = 50257) -> GPTConfig:
+    """GPT-2 small's sizes (124M parameters): 12 layers, width 768, 12 heads, 1024 tokens."""
+    return GPTConfig(vocab=vocab, block=1024, width=768, layers=12, heads=12, dropout=0.1)
+
+
+class _Block(nn.Module):
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.heads = c.heads
+        self.ln1, self.ln2 = nn.LayerNorm(c.width), nn.LayerNorm(c.width)
+        self.qkv, self.proj = nn.Linear(c.width, 3 * c.width), nn.Linear(c.width, c.width)
+        self.fc, self.out = nn.Linear(c.width, 4 * c.width), nn.Linear(4 * c.width, c.width)
+        self.drop = nn.Dropout(c.dropout)
+        self.register_buffer("mask", torch.ones(c.block, c.block).tril() == 0, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        att = self.drop(att.masked_fill(self.mask[:t, :t], float("-inf")).softmax(-1))
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.drop(self.proj(y))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class TinyGPT(nn.Module):
+    """A GPT-like decoder: token and position embeddings, pre-LayerNorm blocks with causal
+    self-attention and an MLP, a head tied to the token embedding.
+
+    ``forward(idx)``: idx ``[B, T] int64`` (T <= block) -> logits ``[B, T, vocab]``."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.tok = nn.Embedding(config.vocab, config.width)
+        self.pos = nn.Embedding(config.block, config.width)
+        self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
+        self.ln, self.drop = nn.LayerNorm(config.width), nn.Dropout(config.dropout)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok(idx) + self.pos(pos))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln(x) @ self.tok.weight.t()
+
+
+def batches(config: GPTConfig, n: int, batch: int, seed: int, device) -> list[tuple]:
+    """``n`` (input, target) pairs ``[batch, block] int64`` of windows of :data:`CORPUS`."""
+    chars = sorted(set(CORPUS))
+    if len(chars) > config.vocab:
+        raise ValueError(f"vocab {config.vocab} is smaller than the corpus's {len(chars)} chars")
+    data = torch.tensor([chars.index(ch) for ch in CORPUS])
+    block = min(config.block, len(data) - 1)
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        start = torch.randint(0, len(data) - block, (batch,), generator=g)
+        x = torch.stack([data[s:s + block] for s in start.tolist()])
+        y = torch.stack([data[s + 1:s + 1 + block] for s in start.tolist()])
+        out.append((x.to(device), y.to(device)))
+    return out
+
+
+# ---------------------------------------------------------------------------- the runs
+@dataclass
+class DemoRow:
+    """One run: ``ratio`` of the baseline peak (None: eager reference / unlimited), bytes,
+    medians of step seconds, whether loss and every gradient equal the reference."""
+
+    run: str
+    ratio: float | None
+    budget_bytes: int | None
+    peak_bytes: int | None
+    evictions: int
+    rematerializations: int
+    step_s: float
+    grads_equal: bool | None
+    error: str = ""
+
+
+def _train(model0, data, budget, mode, seed, device):
+    """Train a copy of ``model0`` on ``data``; returns (losses, grads per step, stats)."""
+    from .runtime import enable
+
+    model = copy.deepcopy(model0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses, grads, times = [], [], []
+    peak = ev = remat = 0
+    for step, (x, y) in enumerate(data):
+        _sync(device)
+        t0 = time.perf_counter()
+        session = enable(budget=budget) if mode != "eager" else None
+        if session is not None:
+            session.__enter__()
+        try:
+            torch.manual_seed(seed + step)
+            opt.zero_grad(set_to_none=True)
+            logits = model(x)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            loss.backward()
+            opt.step()
+        finally:
+            if session is not None:
+                session.__exit__(None, None, None)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        if session is not None:
+            st = session.stats
+            peak, ev, remat = max(peak, st.peak_bytes), ev + st.evictions, \
+                remat + st.rematerializations
+    return losses, grads, (peak, ev, remat, statistics.median(times))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _equal(ref, got) -> bool:
+    (rl, rg), (gl, gg) = ref, got
+    return all(torch.equal(a, b) for a, b in zip(rl, gl)) and all(
+        torch.equal(a, b) for ga, gb in zip(rg, gg) for a, b in zip(ga, gb))
+
+
+def run_demo(config: GPTConfig = GPTConfig(), *, steps: int = 3, batch: int = 8,
+             ratios: tuple[float, ...] = (0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1,
+                                          0.05),
+             seed: int = 0, device: str | torch.device = "cpu", time_limit_s: float = 60.0,
+             log=print) -> list[DemoRow]:
+    """The demo's runs (see the module docstring); stops at the first budget that fails,
+    or before starting a budget once ``time_limit_s`` seconds have passed."""
+    from .runtime import BudgetError
+
+    torch.manual_seed(seed)
+    model0 = TinyGPT(config).to(device)
+    data = batches(config, steps, batch, seed, device)
+    t_start = time.perf_counter()
+    ref_l, ref_g, ref = _train(model0, data, None, "eager", seed, device)
+    rows = [DemoRow("eager", None, None, None, 0, 0, ref[3], None)]
+    log(f"eager reference: {ref[3] * 1e3:.1f} ms/step")
+    loss, grads, st = _train(model0, data, None, "tritondtr", seed, device)
+    base = st[0]
+    rows.append(DemoRow("unlimited", 1.0, None, base, st[1], st[2], st[3],
+                        _equal((ref_l, ref_g), (loss, grads))))
+    for r in ratios:
+        if time.perf_counter() - t_start > time_limit_s:
+            log(f"time limit of {time_limit_s:.0f} s reached: stopping before ratio {r}")
+            break
+        budget = int(base * r)
+        try:
+            loss, grads, st = _train(model0, data, budget, "tritondtr", seed, device)
+        except BudgetError as e:
+            rows.append(DemoRow(f"{r:.0%}", r, budget, None, 0, 0, float("nan"), None,
+                                error=str(e).split(":")[1].strip()[:60] + "..."))
+            break
+        rows.append(DemoRow(f"{r:.0%}", r, budget, st[0], st[1], st[2], st[3],
+                            _equal((ref_l, ref_g), (loss, grads))))
+    return rows
+
+
+# ------------------------------------------------------------------------- table and plot
+def format_table(rows: list[DemoRow]) -> str:
+    """A fixed-width table of the rows; times relative to the eager reference."""
+    eager = rows[0].step_s
+    head = (f"{'run':>9} {'budget':>11} {'peak':>11} {'evictions':>9} {'remats':>7} "
+            f"{'step ms':>8} {'x eager':>7}  grads equal")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fb = lambda n: "-" if n is None else format_bytes(n)
+        ok = "-" if r.grads_equal is None else "yes" if r.grads_equal else "NO"
+        if r.error:
+            ok = f"fails: {r.error}"
+        lines.append(f"{r.run:>9} {fb(r.budget_bytes):>11} {fb(r.peak_bytes):>11} "
+                     f"{r.evictions:>9} {r.rematerializations:>7} {r.step_s * 1e3:>8.1f} "
+                     f"{r.step_s / eager:>7.2f}  {ok}")
+    return "\n".join(lines)
+
+
+def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Path | None]:
+    """demo.csv (the rows) and demo.png (peak and step time against the budget) in ``out``;
+    the plot is skipped (None) when matplotlib is missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "demo.csv"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*asdict(rows[0]).keys(), "device"])
+        w.writeheader()
+        for r in rows:
+            w.writerow({**asdict(r), "device": device})
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return csv_path, None
+    ok = [r for r in rows if r.ratio is not None and r.peak_bytes is not None]
+    eager = rows[0].step_s
+    x = [100 * r.ratio for r in ok]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    a1.plot(x, [r.peak_bytes / 2**20 for r in ok], "o-", label="peak resident")
+    a1.plot(x, [(r.budget_bytes or ok[0].peak_bytes) / 2**20 for r in ok], "k--", label="budget")
+    a1.set(xlabel="budget (% of the unlimited peak)", ylabel="MiB", title="memory")
+    a2.plot(x, [r.step_s / eager for r in ok], "o-", color="C1", label="step time / eager")
+    a2b = a2.twinx()
+    a2b.bar(x, [r.rematerializations for r in ok], width=3, alpha=0.3, color="C2",
+            label="rematerializations")
+    a2.set(xlabel="budget (% of the unlimited peak)", ylabel="x eager", title="time")
+    a2b.set_ylabel("rematerializations (all steps)")
+    for a in (a1, a2):
+        a.invert_xaxis()
+        a.grid(alpha=0.3)
+    a1.legend()
+    a2.legend(loc="upper left")
+    a2b.legend(loc="upper center")
+    bad = [r.run for r in ok if not r.grads_equal]
+    fig.suptitle(f"tritondtr demo on {device}: gradients equal to eager "
+                 + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}"))
+    fig.tight_layout()
+    png = out / "demo.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return csv_path, png
+
+
+# ---------------------------------------------------------------------------------- CLI
+def _ratios(text: str) -> tuple[float, ...]:
+    try:
+        rs = tuple(float(x) for x in text.replace(",", " ").split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected fractions like 0.5,0.3, got {text!r}") \
+            from None
+    if not rs or not all(0 < r <= 1 for r in rs):
+        raise argparse.ArgumentTypeError(f"ratios must be in (0, 1], got {text!r}")
+    return rs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``tritondtr demo``."""
+    d = GPTConfig()
+    parser.add_argument("--steps", type=int, default=3, help="training steps per run "
+                        "(default: 3)")
+    parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default: 8)")
+    parser.add_argument("--ratios", type=_ratios, default=None,
+                        help="budgets as fractions of the unlimited peak, tried in this order, "
+                             "stopping at the first that fails (default: 0.8,0.6,0.5,0.4,0.3,"
+                             "0.25,0.2,0.15,0.1,0.05)")
+    for name, help_text in (("layers", "transformer blocks"), ("width", "channels"),
+                            ("heads", "attention heads"), ("block", "context length"),
+                            ("vocab", "vocabulary size (>= the corpus's characters)")):
+        parser.add_argument(f"--{name}", type=int, default=getattr(d, name),
+                            help=f"{help_text} (default: {getattr(d, name)})")
+    parser.add_argument("--dropout", type=float, default=d.dropout,
+                        help=f"dropout probability (default: {d.dropout})")
+    parser.add_argument("--device", default="auto",
+                        help="cpu, cuda, cuda:1, or auto: cuda when available (default: auto)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights, batches, dropout")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                        help="start no new budget after S seconds (default: 60)")
+    parser.add_argument("--out", type=Path, default=Path("out/demo"),
+                        help="folder for demo.csv and demo.png (default: out/demo)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tritondtr demo``: exit status 0 when every run's gradients equal the reference."""
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name in ("steps", "batch"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"tritondtr demo: --{name} must be >= 1")
+    config = GPTConfig(vocab=args.vocab, block=args.block, width=args.width,
+                       layers=args.layers, heads=args.heads, dropout=args.dropout)
+    kw = {} if args.ratios is None else {"ratios": args.ratios}
+    n = sum(p.numel() for p in TinyGPT(config).parameters())
+    print(f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
+          f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device}")
+    rows = run_demo(config, steps=args.steps, batch=args.batch, seed=args.seed, device=device,
+                    time_limit_s=args.time_limit, **kw)
+    print(format_table(rows))
+    lowest = [r for r in rows[2:] if not r.error]
+    if lowest:
+        r = lowest[-1]
+        print(f"lowest budget that works: {r.run} of the unlimited peak "
+              f"({format_bytes(r.budget_bytes)}), step time {r.step_s / rows[0].step_s:.2f}x "
+              "eager")
+    csv_path, png = write_outputs(rows, args.out, device)
+    print(f"wrote {csv_path}" + (f" and {png}" if png else " (no matplotlib: no plot)"))
+    return 0 if all(r.grads_equal is not False for r in rows) else 1
