@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tritondtr import neighborhood
 from tritondtr.engine import Engine
 from tritondtr.neighborhood import EVICTED, RESIDENT
 
@@ -177,9 +178,12 @@ def compare(eng: Engine, ref: Reference, mode: str) -> None:
         assert host[s] == want, f"slot {s}: nbhd_cost {host[s]!r}, reference {want!r} ({mode})"
 
 
+@pytest.mark.parametrize("batch_min", [1, 10**9], ids=["batched", "per-slot"])
 @pytest.mark.parametrize("n_ops", [40, 300, 800])
 @pytest.mark.parametrize("heuristic", list(MODES))
-def test_random_dags_match_reference(heuristic, n_ops):
+def test_random_dags_match_reference(heuristic, n_ops, batch_min, monkeypatch):
+    """Both flush paths (NOTE [ Batched regions ]) against the reference."""
+    monkeypatch.setattr(neighborhood, "_BATCH_MIN", batch_min)
     for seed in range(3):
         eng = drive(heuristic, n_ops, seed)
         eng.check_invariants()
@@ -300,3 +304,19 @@ def test_million_chain_without_recursion(heuristic):
         eng.remat(s, 1)
     eng.flush()
     assert not eng.table.host_nbhd_cost.any()
+
+
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_cycles_fall_back_and_stay_exact(heuristic, monkeypatch):
+    """An in-place op can make a cycle (a -> b, then b -> a); e* is still a union."""
+    monkeypatch.setattr(neighborhood, "_BATCH_MIN", 1)
+    eng, (a, b, c, d) = _chain(heuristic, [1.0, 2.0, 4.0, 8.0])
+    eng.add_parents(a, [c])  # a <- c closes a -> b -> c -> a
+    x = eng.new(16.0, 1, 9, [a])
+    y = eng.new(32.0, 1, 9, [b])
+    for t in (a, b, c):
+        eng.evict(t)
+    assert _nbhd(eng, x) == 7.0
+    assert _nbhd(eng, d) == 7.0
+    assert _nbhd(eng, y) == 7.0
+    eng.check_invariants()
