@@ -1,0 +1,27 @@
+"""The runtime: ``with tritondtr.enable(budget=...)`` around unmodified eager PyTorch code.
+
+Layers, top down: :mod:`.api` (``enable``) -> :mod:`.session` (the dispatch mode and the
+wrapper tensors of :mod:`.tensor`) -> :mod:`.pool` (residency, budget, eviction,
+rematerialization) -> :class:`tritondtr.engine.Engine` (metadata table and victim choice).
+Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.recipe`.
+"""
+
+from .api import enable
+from .config import RuntimeConfig
+from .errors import BudgetError, StaleInputError, UnsupportedOpError
+from .session import Session
+from .stats import SessionStats
+from .tensor import DTRTensor, is_tracked, unwrap
+
+__all__ = [
+    "enable",
+    "RuntimeConfig",
+    "Session",
+    "SessionStats",
+    "DTRTensor",
+    "is_tracked",
+    "unwrap",
+    "BudgetError",
+    "StaleInputError",
+    "UnsupportedOpError",
+]

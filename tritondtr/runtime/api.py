@@ -1,0 +1,45 @@
+"""``tritondtr.enable``: the runtime's entry point."""
+
+from __future__ import annotations
+
+from ..heuristics import CustomHeuristic, Heuristic
+from ..policy import Backend
+from .config import NeverEvict, RuntimeConfig
+from .session import Session
+
+__all__ = ["enable"]
+
+
+def enable(
+    budget: int | str | None = None,
+    *,
+    heuristic: Heuristic | CustomHeuristic | str = "dtr_eq",
+    backend: Backend | str = "auto",
+    stress: bool = False,
+    debug: bool = False,
+    never_evict: NeverEvict | None = None,
+    pin_backward: bool = True,
+) -> Session:
+    """Run eager PyTorch code under a byte budget, recomputing what was evicted.
+
+    Use as ``with tritondtr.enable(budget="2GiB") as session:`` around forward, backward and
+    the optimizer step; ``session.stats`` tells what happened. Gradients equal those of the
+    same code without tritondtr, bit for bit. See docs/runtime.md.
+
+    Args:
+        budget: bytes (int) or a string with a unit (``"512MiB"``, ``"1.5GB"``); ``None``
+            tracks without evicting and so measures the baseline peak in the same accounting.
+        heuristic: eviction heuristic (``dtr_eq``, ``dtr``, ``dtr_local``, ``msps``, ``lru``,
+            ``size``, ``random``, or a registered user heuristic).
+        backend: scoring backend: ``auto``, ``triton`` or ``torch``.
+        stress: evict everything evictable after every op (tests); needs ``budget=None``.
+        debug: check invariants after every op (slow).
+        never_evict: ``fn(op_name, output) -> bool``; True pins that output.
+        pin_backward: evict storages made by the backward pass only as a last resort.
+
+    Raises:
+        ValueError: an argument is invalid (the message says what was expected).
+    """
+    config = RuntimeConfig(budget=budget, heuristic=heuristic, backend=backend, stress=stress,
+                           debug=debug, never_evict=never_evict, pin_backward=pin_backward)
+    return Session(config)

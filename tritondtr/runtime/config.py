@@ -1,0 +1,71 @@
+"""Runtime configuration: a frozen dataclass validated on construction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..heuristics import CustomHeuristic, Heuristic, get_heuristic
+from ..policy import Backend
+from ..units import parse_bytes
+
+__all__ = ["NeverEvict", "RuntimeConfig"]
+
+NeverEvict = Callable[[str, torch.Tensor], bool]
+"""``fn(op_name, output) -> bool``: True pins the output's storage (never evicted).
+``op_name`` is like ``"aten.mm.default"``, ``output`` the plain tensor just computed."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Options of :func:`tritondtr.enable`.
+
+    Args:
+        budget: bytes (int), a string with a unit (``"512MiB"``, ``"1.5GB"``), or None: track
+            without evicting (measures the baseline peak in the same accounting).
+        heuristic: eviction heuristic name (see :func:`tritondtr.heuristic_names`).
+        backend: scoring backend, ``auto`` / ``triton`` / ``torch``.
+        stress: evict everything evictable after every op (testing); takes no budget.
+        debug: check the engine's and the runtime's invariants after every op (slow).
+        never_evict: predicate ``fn(op_name, output) -> bool`` pinning outputs.
+        pin_backward: storages created during the backward pass are evicted only when nothing
+            else can be (NOTE [ Backward storages ] in pool.py).
+    """
+
+    budget: int | None = None
+    heuristic: Heuristic | CustomHeuristic | str = "dtr_eq"
+    backend: Backend | str = "auto"
+    stress: bool = False
+    debug: bool = False
+    never_evict: NeverEvict | None = None
+    pin_backward: bool = True
+
+    def __post_init__(self) -> None:
+        if self.budget is not None:
+            try:
+                b = parse_bytes(self.budget)
+            except ValueError as e:
+                raise ValueError(f"budget: {e}; or None to track without evicting") from None
+            object.__setattr__(self, "budget", b)
+        object.__setattr__(self, "heuristic", get_heuristic(self.heuristic))
+        try:
+            object.__setattr__(self, "backend", Backend(self.backend))
+        except ValueError:
+            raise ValueError(f"unknown backend {self.backend!r}; expected one of "
+                             f"{[b.value for b in Backend]}") from None
+        for name in ("stress", "debug", "pin_backward"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.stress and self.budget is not None:
+            raise ValueError(f"stress=True evicts everything evictable after every op and takes "
+                             f"no budget; got budget={self.budget!r}; pass budget=None")
+        if self.never_evict is not None and not callable(self.never_evict):
+            raise ValueError("never_evict must be a callable fn(op_name, output) -> bool, got "
+                             f"{type(self.never_evict).__name__}")
+
+    @property
+    def evicting(self) -> bool:
+        """Whether anything is ever evicted (a budget, or stress)."""
+        return self.budget is not None or self.stress

@@ -1,0 +1,47 @@
+"""The runtime's errors: each says what happened, with the numbers, and what to do."""
+
+from __future__ import annotations
+
+from ..units import format_bytes
+
+__all__ = ["BudgetError", "StaleInputError", "UnsupportedOpError"]
+
+
+class BudgetError(RuntimeError):
+    """The budget cannot hold the working set of one op (its inputs plus what is pinned).
+
+    Raised before the op runs; nothing was changed, the session stays usable.
+    """
+
+    def __init__(self, op: str, needed: int, budget: int, pinned: str) -> None:
+        self.op, self.needed, self.budget = op, needed, budget
+        super().__init__(
+            f"tritondtr: the budget of {format_bytes(budget)} ({budget} bytes) cannot hold the "
+            f"working set of {op}: {format_bytes(needed)} ({needed} bytes) must stay resident "
+            f"for it and nothing else can be evicted. Pinned/locked: {pinned}. Raise the budget "
+            "(budget=None measures the unlimited peak) or shrink the op (smaller batch)."
+        )
+
+
+class StaleInputError(RuntimeError):
+    """A tensor from outside the context (a parameter) changed after an op read it, and that
+    op must now be recomputed: the recomputation would silently give other values."""
+
+    def __init__(self, op: str, shape, recorded: int, now: int) -> None:
+        super().__init__(
+            f"tritondtr: cannot recompute {op}: its input of shape {tuple(shape)} from outside "
+            f"the context (e.g. a parameter) was modified in place after the op first ran "
+            f"(version {recorded} -> {now}), so a recomputation would give different values. "
+            "Do in-place updates of parameters (optimizer.step) after backward, or keep them "
+            "outside the tritondtr context."
+        )
+
+
+class UnsupportedOpError(NotImplementedError):
+    """An op the runtime cannot run on tracked tensors; the message names it and why."""
+
+    def __init__(self, op: str, why: str) -> None:
+        super().__init__(
+            f"tritondtr: {op} is not supported on tracked tensors: {why}. Call it outside the "
+            "context, or on tritondtr.runtime.unwrap(t) (a plain tensor)."
+        )

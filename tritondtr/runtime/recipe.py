@@ -1,0 +1,164 @@
+"""Storages, alias cells and recipes: the runtime's objects below the wrapper tensors.
+
+A :class:`Storage` is one *version* of the contents of one buffer. Its ``buf`` is the plain
+tensor that owns the memory while it is resident (``None`` while evicted); its ``recipe`` says
+how to compute it again. A :class:`Cell` is what the wrapper tensors of one buffer share: an
+in-place op points the cell at a new version, so every alias sees the new contents while
+recipes keep referring to the old version they read.
+
+# NOTE [ Storage lifetime ]
+# 1. Wrappers hold cells, cells hold their current storage, recipes hold the storages they
+#    read. Nothing else holds a storage strongly (the runtime's slot map is weak).
+# 2. When the last wrapper of a cell dies, ``Cell.__del__`` queues the storage; the runtime
+#    frees its buffer at the next op it dispatches, before that op allocates anything. The
+#    storage keeps its recipe: dependents may still need it (it is then an evicted storage).
+# 3. When no recipe refers to a storage either, ``Storage.__del__`` queues its slot, and the
+#    engine forgets it at the same point.
+# 4. ``__del__`` only appends to a list: it can run inside any allocation (cyclic GC), so it
+#    never touches the engine or the byte counts itself.
+
+# NOTE [ RNG replay ]
+# 1. A random op (NOTE [ Op semantics ] rule 4) captures the state of the generator it will
+#    draw from just before its first execution; it never forks, seeds or advances it.
+# 2. A replay sets the captured state, runs the op and restores the generator's current state
+#    in ``finally``, so replays are invisible to the user's random stream.
+# 3. The generator is the op's ``generator=`` argument, else the default generator of the
+#    op's device (its first tensor argument's device, else its ``device=`` argument, else CPU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["Cell", "Recipe", "Storage", "derive", "geometry"]
+
+# Modes of a recipe input.
+READ, WRITE, SNAPSHOT, PLAIN = 0, 1, 2, 3
+
+
+class Storage:
+    """One version of one buffer's contents (see NOTE [ Storage lifetime ]).
+
+    ``buf``: the plain tensor owning the memory, or None while evicted. ``nbytes``: bytes of
+    its untyped storage. ``slot``: engine slot, -1 for an *external* storage (memory shared
+    with plain tensors the user holds: never evicted, not counted; recipes that read it record
+    ``buf._version``). ``recipe`` / ``out``: how to recompute it (``out`` indexes
+    ``recipe.outs``). ``pinned``: never evicted while resident. ``held``: a cell (so a
+    wrapper the program holds) points at it.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "buf",
+        "held",
+        "nbytes",
+        "out",
+        "pinned",
+        "pool",
+        "recipe",
+        "slot",
+    )
+
+    def __init__(self, buf, nbytes: int, slot: int, recipe, out: int, pool) -> None:
+        self.buf = buf
+        self.nbytes = nbytes
+        self.slot = slot
+        self.recipe = recipe
+        self.out = out
+        self.pool = pool
+        self.pinned = False
+        self.held = True
+
+    @property
+    def external(self) -> bool:
+        return self.slot < 0
+
+    def __del__(self) -> None:  # NOTE [ Storage lifetime ] rules 3 and 4
+        if self.slot >= 0:
+            try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
+                self.pool.released.append((self.slot, self.nbytes if self.buf is not None else 0))
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class Cell:
+    """Shared by all wrappers of one buffer; ``storage`` is its current version."""
+
+    __slots__ = ("pool", "storage")
+
+    def __init__(self, storage: Storage, pool) -> None:
+        self.storage = storage
+        self.pool = pool
+
+    def __del__(self) -> None:  # NOTE [ Storage lifetime ] rule 2
+        try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
+            self.pool.dead.append(self.storage)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class Recipe:
+    """How to run one op again.
+
+    ``args`` / ``kwargs``: the call with every tensor position set to None (lists copied).
+    ``inputs``: (pos, index in list or -1, source, view, version, mode) per tensor argument:
+    ``READ`` a storage version (``version``: ``buf._version`` for an external one, else None),
+    ``WRITE`` a tracked storage the op wrote (the replay writes a copy), ``SNAPSHOT`` a plain
+    tensor the op wrote (source is a copy taken before the op; the replay writes a copy of it),
+    ``PLAIN`` a plain tensor read (``version`` checked before a replay).
+    ``rng``: (generator, state) or None. ``outs``: per produced storage, ``(r, j)`` for return
+    ``r`` (element ``j`` of a list return, else -1) or ``(-1, k)`` for the copy written through
+    ``inputs[k]``.
+    """
+
+    __slots__ = ("args", "info", "inputs", "kwargs", "outs", "rng")
+
+    def __init__(self, info, args, kwargs, inputs, rng) -> None:
+        self.info = info
+        self.args = args
+        self.kwargs = kwargs
+        self.inputs = inputs
+        self.rng = rng
+        self.outs: list[tuple[int, int]] = []
+
+
+def geometry(t: torch.Tensor) -> tuple:
+    """The view of ``t`` on its storage: (size, stride, storage_offset, dtype)."""
+    return (t.size(), t.stride(), t.storage_offset(), t.dtype)
+
+
+def derive(buf: torch.Tensor, view: tuple | None) -> torch.Tensor:
+    """The plain tensor of ``view`` (from :func:`geometry`, or None for ``buf`` itself) on
+    ``buf``'s storage."""
+    if view is None:
+        return buf
+    size, stride, offset, dtype = view
+    if dtype == buf.dtype:
+        return buf.as_strided(size, stride, offset)
+    out = torch.empty((0,), dtype=dtype, device=buf.device)
+    return out.set_(buf.untyped_storage(), offset, size, stride)
+
+
+def clone_buffer(buf: torch.Tensor) -> torch.Tensor:
+    """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry."""
+    st = buf.untyped_storage().clone()
+    out = torch.empty((0,), dtype=buf.dtype, device=buf.device)
+    return out.set_(st, buf.storage_offset(), buf.size(), buf.stride())
+
+
+def generator_of(device: torch.device | None, gen) -> torch.Generator:
+    """NOTE [ RNG replay ] rule 3."""
+    if gen is not None:
+        return gen
+    if device is None or device.type == "cpu":
+        return torch.default_generator
+    if device.type == "cuda":
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[idx]
+    raise NotImplementedError(f"tritondtr: random ops on {device} are not supported (no "
+                              "generator state to capture); run them outside the context")
+
+
+def capture_rng(device: torch.device | None, gen) -> tuple:
+    g = generator_of(device, gen)
+    return (g, g.get_state())

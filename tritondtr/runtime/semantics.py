@@ -1,0 +1,189 @@
+"""Op semantics: what the runtime must know about an ATen op, in one table.
+
+Most of it is read once per op overload from its schema (which arguments are tensors, which
+are written, which returns are views of which argument) and from its tags (random ops). What a
+schema does not say is written down here, in one table filled by :func:`register`, which
+refuses duplicates: hidden mutation (batch norm's running statistics), ops whose outputs are
+never evicted, and ops the runtime refuses. The dispatch path reads the resulting
+:class:`OpInfo` and has no op-specific branches.
+
+# NOTE [ Op semantics ]
+# 1. Views never own memory: a return with a non-write alias annotation aliases the argument
+#    carrying the same alias set (for ``Tensor(a)[]`` returns, the first aliased argument);
+#    the runtime re-derives it from that argument's storage.
+# 2. A written argument (``Tensor(a!)``, in-place, ``out=``) and a hidden mutation are handled
+#    alike: a tracked storage gets a new version (NOTE [ In-place versions ] in session.py);
+#    a plain tensor is mutated for real and replays mutate a snapshot instead.
+# 3. A return with a write annotation is the written argument itself: the caller's object is
+#    returned (autograd requires in-place ops to return their input).
+# 4. Random ops carry the tag ``nondeterministic_seeded``: their generator state is captured at
+#    first execution and replayed (NOTE [ RNG replay ] in recipe.py).
+# 5. Outputs of ``nondeterministic_bitwise`` ops on CUDA are never evicted: a replay could give
+#    other bits, and gradients must equal the unlimited run exactly.
+# 6. Ops that change a tensor's own metadata (tag ``inplace_view``: ``t_``, ``resize_``,
+#    ``set_``, ...) cannot keep a wrapper consistent and are refused with a clear error when an
+#    argument is a tracked tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["OpInfo", "op_info", "register", "registered"]
+
+aten = torch.ops.aten
+
+# Kinds of a tensor-carrying argument or return.
+ONE, LIST, OTHER = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """The part of an op's semantics that its schema does not show (one table entry).
+
+    Attributes:
+        hidden_mutation: argument positions the op writes although the schema does not say so.
+        never_evict: outputs are pinned (never evicted).
+        unsupported: a reason; the op raises :class:`UnsupportedOpError` on tracked tensors.
+    """
+
+    hidden_mutation: tuple[int, ...] = ()
+    never_evict: bool = False
+    unsupported: str | None = None
+
+
+_TABLE: dict[str, Semantics] = {}
+
+
+def register(*ops, **semantics) -> Callable:
+    """Record :class:`Semantics` for ``ops`` (OpOverloads or ``"aten::name.overload"``).
+
+    Used as a decorator on a function whose docstring says why (the function itself is not
+    called); refuses an op that already has an entry.
+    """
+    entry = Semantics(**semantics)
+
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            key = op if isinstance(op, str) else op.name()
+            if key in _TABLE:
+                raise ValueError(f"op semantics for {key} are already registered; "
+                                 "edit the existing entry instead of adding a second one")
+            _TABLE[key] = entry
+        return fn
+
+    return deco
+
+
+def registered() -> dict[str, Semantics]:
+    """A copy of the table (op name -> :class:`Semantics`), for docs and tests."""
+    return dict(_TABLE)
+
+
+@register(aten.native_batch_norm.default, aten.cudnn_batch_norm.default,
+          aten.miopen_batch_norm.default, hidden_mutation=(3, 4))
+def _batch_norm_running_stats():
+    """Batch norm updates running_mean / running_var (arguments 3 and 4) in training mode
+    although the schema does not mark them as written; a replay must not update them twice."""
+
+
+@dataclass(frozen=True, eq=False)
+class OpInfo:
+    """Everything the dispatch path needs about one op overload, computed once.
+
+    ``args``: (position, kind, kwarg name or None) of every tensor-carrying argument.
+    ``written``: positions (or names) of arguments the op writes, schema or hidden.
+    ``rets``: per return, (kind, view_of, written_arg) where view_of / written_arg is the
+    argument position (or name) it aliases, else None.
+    """
+
+    func: torch._ops.OpOverload
+    name: str
+    args: tuple[tuple[int, int, str | None], ...]
+    written: tuple[int | str, ...]
+    rets: tuple[tuple[int, int | str | None, int | str | None], ...]
+    random: bool
+    nondet_bitwise: bool
+    fresh: bool  # some tensor return is neither a view nor a written argument
+    semantics: Semantics = field(default_factory=Semantics)
+
+    @property
+    def unsupported(self) -> str | None:
+        return self.semantics.unsupported
+
+
+_CACHE: dict[object, OpInfo] = {}
+
+
+def op_info(func) -> OpInfo:
+    """The :class:`OpInfo` of ``func`` (cached per overload)."""
+    info = _CACHE.get(func)
+    if info is None:
+        info = _CACHE[func] = _analyze(func)
+    return info
+
+
+def _kind(t) -> int:
+    if isinstance(t, torch._C.OptionalType):
+        t = t.getElementType()
+    if isinstance(t, torch._C.TensorType):
+        return ONE
+    if isinstance(t, torch._C.ListType):
+        e = t.getElementType()
+        if isinstance(e, torch._C.OptionalType):
+            e = e.getElementType()
+        if isinstance(e, torch._C.TensorType):
+            return LIST
+    return OTHER
+
+
+def _analyze(func) -> OpInfo:
+    schema = func._schema
+    sem = _TABLE.get(func.name()) or _TABLE.get(schema.name) or Semantics()
+    args, written, alias_of, first_alias = [], [], {}, None
+    for i, a in enumerate(schema.arguments):
+        key = a.name if a.kwarg_only else i
+        kind = _kind(a.type)
+        if kind != OTHER:
+            args.append((i, kind, a.name if a.kwarg_only else None))
+        ai = a.alias_info
+        if ai is not None:
+            if ai.is_write:
+                written.append(key)
+            elif first_alias is None:
+                first_alias = key
+            for s in ai.before_set:
+                alias_of[s] = key
+    for i in sem.hidden_mutation:
+        if i not in written:
+            written.append(i)
+    rets = []
+    for r in schema.returns:
+        kind, view, wrote = _kind(r.type), None, None
+        ai = r.alias_info
+        if ai is not None and kind != OTHER:
+            target = next((alias_of[s] for s in ai.before_set if s in alias_of), None)
+            if ai.is_write:
+                wrote = target
+            else:
+                view = target if target is not None else first_alias
+        rets.append((kind, view, wrote))
+    tags = func.tags
+    if sem.unsupported is None and torch.Tag.inplace_view in tags:  # NOTE [ Op semantics ] 6
+        sem = dataclasses.replace(sem, unsupported="it changes the tensor's own shape, strides "
+                                  "or storage (an in-place view op)")
+    return OpInfo(
+        func=func,
+        name=str(func),
+        args=tuple(args),
+        written=tuple(written),
+        rets=tuple(rets),
+        random=torch.Tag.nondeterministic_seeded in tags,
+        fresh=any(k != OTHER and v is None and w is None for k, v, w in rets),
+        nondet_bitwise=torch.Tag.nondeterministic_bitwise in tags,
+        semantics=sem,
+    )

@@ -1,0 +1,432 @@
+"""The session: interposes on every ATen op inside ``with tritondtr.enable(...)``.
+
+# NOTE [ What is tracked ]
+# 1. With grad mode on, every op inside the context is tracked: its fresh outputs become
+#    wrapper tensors (:class:`DTRTensor`) whose storage the pool owns. Plain tensors it reads
+#    (parameters, the input batch) are *external*: never evicted, not counted, and the
+#    ``_version`` each recipe read is checked before a recomputation.
+# 2. With grad mode off, an op is tracked only if it reads a wrapper. Optimizer steps (which
+#    run under no_grad on parameters, plain gradients and state) therefore stay plain.
+# 3. Outputs on another device than the first tracked one, or not strided, stay plain.
+# 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
+#    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
+#    ``value``), so parameters, gradients and optimizer state stay plain tensors.
+
+# NOTE [ In-place versions ]
+# 1. An op writing a tracked tensor really writes its buffer (no copy), and the buffer becomes
+#    a new storage version whose recipe is "copy the old version, apply the op". The old
+#    version becomes an evicted storage that keeps its recipe, so the dependents that read it
+#    can still be recomputed; the alias cell points at the new version, so every alias (views,
+#    detached tensors) sees the new contents. This works with or without aliases.
+# 2. An op writing a plain tensor writes it for real; if the op also produces tracked outputs,
+#    the recipe keeps a copy taken before the op, and replays write a copy of that copy.
+#    Batch norm's running statistics are such a write (NOTE [ Op semantics ] rule 2), so a
+#    replay never updates them twice.
+
+# NOTE [ Escaping tensors ]
+# 1. Wrappers stay valid after the context exits: every op on them is still served, with no
+#    budget, on plain copies of nothing: the buffer is materialized (recomputed if needed),
+#    handed out (``value``), and the op runs on plain tensors and returns plain tensors.
+# 2. Handing a buffer out (``unwrap``, ``.numpy()``, ``data_ptr()``, gradients of parameters)
+#    moves it to an external storage the pool no longer counts or evicts; the old version
+#    stays in the graph, evicted, for its dependents.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from .errors import UnsupportedOpError
+from .pool import Pool
+from .recipe import PLAIN, READ, SNAPSHOT, WRITE, Cell, Recipe, Storage, capture_rng, derive
+from .semantics import _CACHE, ONE, OTHER, op_info
+from .stats import SessionStats
+from .tensor import DTRTensor
+
+__all__ = ["Session"]
+
+_OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
+_now_ns = time.perf_counter_ns
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.session.dispatch(func, args, kwargs or {})
+
+
+class Session:
+    """One ``with tritondtr.enable(...)`` block; see :func:`tritondtr.enable`.
+
+    ``stats`` (:class:`SessionStats`) is updated live; ``config`` is the validated
+    :class:`RuntimeConfig`; ``pool`` owns the tracked storages and the engine.
+    """
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self.stats = SessionStats(budget=config.budget)
+        self.pool = Pool(config, self.stats, self)
+        self._mode = _Mode(self)
+        self._hooks: dict[int, tuple] = {}
+        self.active = False
+        self.closed = False
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self) -> Session:
+        if self.active or self.closed:
+            raise RuntimeError("a tritondtr Session is entered once; call tritondtr.enable() "
+                               "again for a new one")
+        self._mode.__enter__()
+        self.active = True
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self._mode.__exit__(*exc)
+        finally:
+            self.active, self.closed = False, True
+            for _, handle in self._hooks.values():
+                handle.remove()
+            self._hooks.clear()
+            self.pool.budget = None
+        return False
+
+    # ----------------------------------------------------------------- dispatch
+    def dispatch(self, func, args, kwargs):
+        info = _CACHE.get(func) or op_info(func)
+        pool = self.pool
+        if pool.depth == 0 and (pool.dead or pool.released):
+            pool.drain()
+        if self.closed:
+            return self._call_plain(info, args, kwargs)
+        if info.written and pool.now != pool.frozen_at and self._writes_leaf(info, args, kwargs):
+            self.freeze()
+        if not torch.is_grad_enabled() and not _any_wrapper(info, args, kwargs):
+            return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+        if info.unsupported is not None and _any_wrapper(info, args, kwargs):
+            raise UnsupportedOpError(info.name, info.unsupported)
+        out = self._call(info, args, kwargs)
+        if self.config.debug and pool.depth == 0:
+            pool.drain()
+            self.check_invariants()
+        return out
+
+    def _call(self, info, args, kwargs):
+        pool, func = self.pool, info.func
+        locked: list[Storage] = []
+        pool.depth += 1
+        try:
+            pargs, pkw = list(args), dict(kwargs)
+            inputs, parents, wrote = [], [], []
+            written = info.written
+            for i, kind, name in info.args:
+                if name is None:
+                    if i >= len(args):
+                        continue
+                    v = args[i]
+                else:
+                    v = kwargs.get(name)
+                if v is None:
+                    continue
+                key = i if name is None else name
+                w = key in written if written else False
+                if kind == ONE:
+                    pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
+                else:
+                    pv = [self._in(t, key, j, w, inputs, locked, parents, wrote)
+                          for j, t in enumerate(v)]
+                if name is None:
+                    pargs[i] = pv
+                else:
+                    pkw[name] = pv
+            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
+                for k, e in enumerate(inputs):
+                    if e[5] == PLAIN and e[0] in written:
+                        inputs[k] = (e[0], e[1], e[2].clone(), None, None, SNAPSHOT)
+            pool.now += 1
+            if pool.budget is not None:
+                pool.make_room(info.name)
+            pool.op_bytes = 0
+            rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random \
+                else None
+            while True:
+                t0 = _now_ns()
+                try:
+                    out = func(*pargs, **pkw)
+                    break
+                except _OOM:
+                    if not pool.evicting or not pool.evict_one():
+                        raise
+            cost = float(_now_ns() - t0)
+            for s in locked:
+                pool.unlock(s)
+            locked.clear()
+            out = self._outputs(info, args, kwargs, pargs, pkw, out, inputs, parents, wrote,
+                                rng, cost)
+        finally:
+            for s in locked:
+                pool.unlock(s)
+            pool.depth -= 1
+        st = self.stats
+        st.ops += 1
+        st.op_counts[info.name] += 1
+        if self.config.stress:
+            pool.evict_all()
+        return out
+
+    def _in(self, v, key, j, w, inputs, locked, parents, wrote):
+        """The plain value of tensor argument ``v``; records it in ``inputs``."""
+        pool = self.pool
+        if type(v) is DTRTensor:
+            cell = v._cell
+            s = cell.storage
+            if cell.pool is pool and s.slot >= 0:
+                buf = s.buf
+                if buf is None:
+                    buf = pool.materialize(s)
+                    locked.append(s)
+                elif pool.evicting:
+                    pool.lock(s)
+                    locked.append(s)
+                pool.access(s)
+                parents.append(s.slot)
+                view = v._view
+                inputs.append((key, j, s, view, None, WRITE if w else READ))
+                if w:
+                    wrote.append(cell)
+                return buf if view is None else derive(buf, view)
+            v = cell.pool.session.value(v, escape=True)  # external storage or foreign
+        elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
+            return v
+        elif v.requires_grad and v.is_leaf:
+            self._hook(v)
+        inputs.append((key, j, v, None, v._version, PLAIN))
+        return v
+
+    def _outputs(self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng,
+                 cost):
+        pool, rets = self.pool, info.rets
+        single = len(rets) == 1
+        res = [out] if single else list(out) if rets else []
+        rec = None
+        for r, (kind, view, wrote_arg) in enumerate(rets):
+            if kind == OTHER:
+                continue
+            o = res[r]
+            if wrote_arg is not None:  # NOTE [ Op semantics ] rule 3
+                res[r] = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]
+            elif view is not None:
+                src = args[view] if type(view) is int else kwargs[view]
+                psrc = pargs[view] if type(view) is int else pkw[view]
+                if type(src) is DTRTensor and src._cell.pool is pool:
+                    if kind == ONE:
+                        res[r] = _view_of(o, src, psrc)
+                    else:
+                        res[r] = [_view_of(e, src, psrc) for e in o]
+            elif kind == ONE:
+                if _trackable(o, pool):
+                    rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                    res[r] = self._fresh(o, rec, r, -1, parents, cost)
+            else:
+                for j, e in enumerate(o):
+                    if _trackable(e, pool):
+                        rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                        o[j] = self._fresh(e, rec, r, j, parents, cost)
+        if wrote:  # NOTE [ In-place versions ] rule 1
+            rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+            seen = set()
+            for cell in wrote:
+                old = cell.storage
+                if id(old) in seen:
+                    continue
+                seen.add(id(old))
+                k = next(n for n, e in enumerate(inputs) if e[2] is old)
+                rec.outs.append((-1, k))
+                buf, pinned = old.buf, old.pinned
+                pool.hand_out(old)
+                cell.storage = pool.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
+        if rec is not None:  # the recipe keeps storages, not tensors
+            for pos, j, *_ in inputs:
+                where = pargs if type(pos) is int else pkw
+                if j < 0:
+                    where[pos] = None
+                else:
+                    where[pos][j] = None
+        if not rets:
+            return out
+        return res[0] if single else tuple(res)
+
+    def _fresh(self, o, rec, r, j, parents, cost) -> DTRTensor:
+        pool, cfg, info = self.pool, self.config, rec.info
+        if pool.engine is None:
+            pool.start(o.device)
+        rec.outs.append((r, j))
+        pinned = info.semantics.never_evict or (info.nondet_bitwise and o.is_cuda) or (
+            cfg.never_evict is not None and bool(cfg.never_evict(info.name, o)))
+        s = pool.track(o, rec, len(rec.outs) - 1, parents, cost, pinned)
+        return DTRTensor(Cell(s, pool), o, None)
+
+    def _call_plain(self, info, args, kwargs):
+        """After exit (NOTE [ Escaping tensors ] rule 1): plain values in, plain out."""
+        pargs, pkw = list(args), dict(kwargs)
+        for i, kind, name in info.args:
+            where, key = (pargs, i) if name is None else (pkw, name)
+            if (name is None and i >= len(pargs)) or (name is not None and name not in pkw):
+                continue
+            v = where[key]
+            if kind == ONE:
+                where[key] = unwrap_any(v)
+            elif v is not None:
+                where[key] = [unwrap_any(t) for t in v]
+        out = info.func(*pargs, **pkw)
+        for r, (_, _, wrote_arg) in enumerate(info.rets):
+            if wrote_arg is not None:
+                obj = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]
+                if len(info.rets) == 1:
+                    return obj
+                out = (*out[:r], obj, *out[r + 1:])
+        return out
+
+    # ------------------------------------------------------------------ values
+    def value(self, t: DTRTensor, *, escape: bool) -> torch.Tensor:
+        """The plain value of ``t`` (recomputed if evicted). ``escape``: hand the buffer out
+        (NOTE [ Escaping tensors ] rule 2), required whenever the plain tensor may outlive
+        the call or be written."""
+        pool = self.pool
+        with _disable_current_modes():
+            cell = t._cell
+            s = cell.storage
+            if s.slot < 0:
+                return derive(s.buf, t._view)
+            pool.depth += 1
+            try:
+                buf = s.buf
+                if buf is None:
+                    buf = pool.materialize(s)
+                    pool.unlock(s)
+                if escape:
+                    cell.storage = Storage(buf, s.nbytes, -1, None, -1, pool)
+                    pool.hand_out(s)
+                return derive(buf, t._view)
+            finally:
+                pool.depth -= 1
+
+    def _writes_leaf(self, info, args, kwargs) -> bool:
+        hooks = self._hooks
+        for key in info.written:
+            v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, torch.Tensor) and type(t) is not DTRTensor:
+                    h = hooks.get(id(t))
+                    if h is not None and h[0]() is t:
+                        return True
+        return False
+
+    def freeze(self) -> None:
+        """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds."""
+        pool = self.pool
+        if pool.engine is None:
+            return
+        pool.drain()
+        held = [s for ref in pool.slots if ref is not None and (s := ref()) is not None
+                and s.held and s.slot >= 0]
+        with _disable_current_modes():
+            for s in held:
+                if s.slot < 0:
+                    continue
+                pool.depth += 1
+                try:
+                    if s.buf is None:
+                        pool.materialize(s)
+                        pool.unlock(s)
+                    pool.externalize(s)
+                finally:
+                    pool.depth -= 1
+        pool.frozen_at = pool.now
+
+    def _hook(self, p: torch.Tensor) -> None:
+        """NOTE [ What is tracked ] rule 4."""
+        h = self._hooks.get(id(p))
+        if h is not None and h[0]() is p:
+            return
+        self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        g = p.grad
+        if type(g) is DTRTensor and g.grad_fn is None:
+            p.grad = g._cell.pool.session.value(g, escape=True)
+
+    # ---------------------------------------------------------------- debugging
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
+        pool = self.pool
+        if pool.engine is None:
+            return
+        pool.engine.check_invariants()
+        total = 0
+        for ref in pool.slots:
+            s = ref() if ref is not None else None
+            if s is None:
+                continue
+            res = pool.engine.is_resident(s.slot)
+            assert res == (s.buf is not None), f"slot {s.slot}: buffer vs engine residency"
+            if res:
+                total += s.nbytes
+                if pool.depth == 0:
+                    assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked between ops"
+        pending = sum(n for _, n in pool.released)
+        assert total + pending == pool.resident, (
+            f"resident bytes {pool.resident} != live resident storages {total} + {pending}")
+
+
+def unwrap_any(v):
+    if type(v) is DTRTensor:
+        return v._cell.pool.session.value(v, escape=True)
+    return v
+
+
+def _view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
+    """A wrapper for output ``o``, a view of the argument ``src`` (plain value ``psrc``)."""
+    if (o.dtype == psrc.dtype and o.storage_offset() == psrc.storage_offset()
+            and o.size() == psrc.size() and o.stride() == psrc.stride()):
+        view = src._view
+    else:
+        view = (o.size(), o.stride(), o.storage_offset(), o.dtype)
+    return DTRTensor(src._cell, o, view)
+
+
+def _trackable(o, pool) -> bool:
+    if o is None or o.layout is not torch.strided:
+        return False
+    if pool.device is None:
+        return o.device.type != "meta"
+    return o.device == pool.device
+
+
+def _any_wrapper(info, args, kwargs) -> bool:
+    for i, kind, name in info.args:
+        v = (args[i] if i < len(args) else None) if name is None else kwargs.get(name)
+        if v is None:
+            continue
+        if kind == ONE:
+            if type(v) is DTRTensor:
+                return True
+        elif any(type(t) is DTRTensor for t in v):
+            return True
+    return False
+
+
+def _device_of(pargs, pkw) -> torch.device | None:
+    for a in pargs:
+        if isinstance(a, torch.Tensor):
+            return a.device
+    d = pkw.get("device")
+    return torch.device(d) if d is not None else None
+

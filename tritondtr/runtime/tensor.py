@@ -1,0 +1,85 @@
+"""The wrapper tensor: what user code and autograd hold while the runtime owns the memory."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["DTRTensor", "is_tracked", "unwrap"]
+
+
+class DTRTensor(torch.Tensor):
+    """A tensor whose memory the tritondtr runtime owns; it can be evicted and recomputed.
+
+    It has the shape, strides, dtype and device of the tensor it stands for, but no storage
+    of its own: ``_cell`` leads to the current storage version, ``_view`` (None, or
+    (size, stride, storage_offset, dtype)) says where it lies in that storage. Every op on it
+    goes through the runtime, also after the context exits (NOTE [ Escaping tensors ] in
+    session.py). ``.item()``, ``.tolist()``, ``.numpy()``, printing and ``data_ptr()`` work.
+    """
+
+    __slots__ = ("_cell", "_view")
+
+    @staticmethod
+    def __new__(cls, cell, plain: torch.Tensor, view):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, plain.size(), strides=plain.stride(), storage_offset=plain.storage_offset(),
+            dtype=plain.dtype, device=plain.device, layout=plain.layout, requires_grad=False,
+        )
+        r._cell = cell
+        r._view = view
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Reached only when no tritondtr mode is active (after exit, or another thread).
+        for t in tree_leaves((args, kwargs)):
+            if type(t) is DTRTensor:
+                return t._cell.pool.session.dispatch(func, args, kwargs or {})
+        raise AssertionError("bug of tritondtr: __torch_dispatch__ without a DTRTensor")
+
+    # ------------------------------------------------------------ boundary calls
+    def __repr__(self, *, tensor_contents=None) -> str:
+        text = repr(self._cell.pool.session.value(self, escape=False))
+        if self.grad_fn is not None:
+            text = text[:-1] + f", grad_fn=<{type(self.grad_fn).__name__}>)"
+        elif self.requires_grad:
+            text = text[:-1] + ", requires_grad=True)"
+        return text
+
+    def tolist(self):
+        return self._cell.pool.session.value(self, escape=False).tolist()
+
+    def numpy(self, *, force: bool = False):
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return self._cell.pool.session.value(self, escape=True).numpy(force=force)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy(force=True) if not self.requires_grad else self.detach().numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def data_ptr(self) -> int:
+        return self._cell.pool.session.value(self, escape=True).data_ptr()
+
+    def untyped_storage(self):
+        return self._cell.pool.session.value(self, escape=True).untyped_storage()
+
+
+def is_tracked(t) -> bool:
+    """Whether ``t`` is a tensor whose memory a tritondtr session owns."""
+    return type(t) is DTRTensor
+
+
+def unwrap(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor with ``t``'s values (``t`` itself if it is plain), recomputed if evicted.
+
+    The plain tensor shares memory with ``t``: that buffer is handed out, the runtime stops
+    evicting or counting it, and in-place changes through either are seen by both.
+    """
+    if type(t) is not DTRTensor:
+        return t
+    return t._cell.pool.session.value(t, escape=True)
