@@ -320,3 +320,26 @@ def test_cycles_fall_back_and_stay_exact(heuristic, monkeypatch):
     assert _nbhd(eng, d) == 7.0
     assert _nbhd(eng, y) == 7.0
     eng.check_invariants()
+
+
+@pytest.mark.parametrize("kind", ["integers", "lognormal", "wide", "zeros", "subnormal"])
+def test_mask_sums_are_correctly_rounded_exact_sums(kind):
+    """NOTE [ Batched regions ] rule 3: the int64 path and the fsum fallback both give the
+    correctly rounded exact sum (compared with fractions)."""
+    rng = random.Random(kind)
+    gen = {
+        "integers": lambda: float(rng.randint(0, 10**6)),
+        "lognormal": lambda: rng.lognormvariate(0, 4),
+        "wide": lambda: rng.choice([1e-30, 3e-12, 1.0, 7e15, 3e30]),  # > 62 bits: fallback
+        "zeros": lambda: 0.0,
+        "subnormal": lambda: rng.choice([1e-45, 3e-42, 1e-40, 0.0]),
+    }[kind]
+    eng = Engine("dtr", device="cpu")
+    slots = [eng.new(gen(), 1, 0) for _ in range(300)]
+    costs = [Fraction(float(eng.nbhd.cost[s])) for s in slots]
+    masks = [0] + [sum(1 << s for s in rng.sample(slots, rng.randint(1, 300))) for _ in range(40)]
+    masks.append(masks[3])  # duplicates are summed once, reported twice
+    got = eng.nbhd._mask_sums(masks)
+    for m, g in zip(masks, got):
+        want = float(sum((costs[s] for s in slots if m >> s & 1), Fraction(0)))
+        assert g == want, (kind, g, want)
