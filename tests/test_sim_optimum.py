@@ -168,3 +168,31 @@ def test_theorem_3_1_lru_is_superlinear():
     small, large = extra_ops(100, "lru"), extra_ops(1000, "lru")
     slope = math.log(large / small) / math.log(10)  # extra ~ n^slope
     assert large > 1.2 * 1000 and slope > 1.3
+
+
+# ------------------------------------------------------------------- sampled selection
+@pytest.mark.parametrize("h", ["dtr", "dtr_eq", "dtr_local", "lru"])
+def test_sampling_everything_is_the_exact_run(h):
+    from tritondtr.sim.sampling import SampledEngine
+
+    trace = gen.random_dag(1000, live=127, fan_in=3, seed=2, size=(1, 1000), cost=(1.0, 9.0))
+    exact = simulate(trace, h, ratio=0.5, backend="torch", device="cpu")
+    whole = simulate(trace, h, ratio=0.5, engine_factory=lambda name: SampledEngine(
+        name, fraction=float, capacity=1024))
+    assert (whole.status, whole.compute, whole.evictions) == (
+        exact.status, exact.compute, exact.evictions)
+
+
+def test_sqrt_sampling_scores_sqrt_candidates():
+    from tritondtr.sim.sampling import SampledEngine
+
+    engines = []
+
+    def factory(name):
+        engines.append(SampledEngine(name, capacity=4096))
+        return engines[-1]
+
+    trace = gen.random_dag(1500, live=1000, seed=1)
+    r = simulate(trace, "dtr_eq", ratio=0.5, overhead_limit=1e9, engine_factory=factory)
+    assert r.status == "ok" and r.selections > 0
+    assert engines[0].sampled <= r.selections * (math.ceil(math.sqrt(1002)) + 1)
