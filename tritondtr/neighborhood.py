@@ -361,10 +361,24 @@ class Neighborhood:
         return math.fsum([cost[u] for u in region]) if region else 0.0
 
     def _value_eq(self, r: int) -> float:
-        st, find, ecn, val = self.state, self._find, self._ecn, self._uf_val
-        roots = {find(ecn[m]) for m in self.parents[r] if st[m] == EVICTED}
-        roots.update(find(ecn[m]) for m in self.children[r] if st[m] == EVICTED)
-        return _unfixed(sum(val[c] for c in roots)) if roots else 0.0
+        st, ecn, parent, val = self.state, self._ecn, self._uf_parent, self._uf_val
+        first, seen, total = -1, None, 0
+        for adj in (self.parents[r], self.children[r]):
+            for m in adj:
+                if st[m] != EVICTED:
+                    continue
+                c = ecn[m]
+                if parent[c] != c:
+                    c = self._find(c)
+                if first < 0:
+                    first, total = c, val[c]
+                elif c != first:
+                    if seen is None:
+                        seen = {first}
+                    if c not in seen:  # distinct classes only (NOTE [ Eqclass rules ] rule 2)
+                        seen.add(c)
+                        total += val[c]
+        return _unfixed(total)
 
     def _batch_values(self, slots: list[int]) -> list[float] | None:
         """Values of many resident slots from cached closure masks (NOTE [ Batched
