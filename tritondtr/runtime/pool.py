@@ -222,7 +222,7 @@ class Pool:
     def evict_all(self) -> None:
         """Stress: evict every candidate (NOTE [ Budget accounting ] rule 4)."""
         eng = self.engine
-        while True:
+        while eng is not None:
             v = eng.choose(self.now)
             if v is None:
                 return

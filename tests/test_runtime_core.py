@@ -1,0 +1,294 @@
+"""Targeted runtime tests: views, in-place, RNG replay, hidden mutation, versions, budget
+errors, exceptions, no_grad, retain_graph, double backward, multi-output ops, boundary calls,
+deep chains, invalid arguments, profiler ranges, autocast."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import tritondtr.runtime as rt
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def grads_of(fn, *leaves):
+    for t in leaves:
+        t.grad = None
+    out = fn()
+    out.backward()
+    return rt.unwrap(out.detach()).clone(), [t.grad.clone() for t in leaves]
+
+
+def compare(fn, *leaves, **enable):
+    """fn() under eager and under tritondtr (stress by default): equal value and grads."""
+    ref, gref = grads_of(fn, *leaves)
+    with rt.enable(**(enable or {"stress": True, "debug": True})) as s:
+        out, g = grads_of(fn, *leaves)
+    assert torch.equal(out, ref)
+    for a, b in zip(g, gref):
+        assert torch.equal(a, b)
+    return s
+
+
+def leaf(*shape, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(*shape, requires_grad=True)
+
+
+def test_views_of_evicted_base():
+    x = leaf(6, 5)
+
+    def fn():
+        a = x.tanh() * 3
+        v, w = a[1:], a.t()[2]
+        return (v.exp().sum() + w.sin().sum()) * a.view(-1)[7]
+
+    s = compare(fn, x)
+    assert s.stats.evictions > 0 and s.stats.rematerializations > 0
+
+
+@pytest.mark.parametrize("alias", [False, True], ids=["no-alias", "alias"])
+def test_inplace(alias):
+    x = leaf(4, 7)
+
+    def fn():
+        a = x * 2
+        v = a[1] if alias else None
+        a.add_(1).mul_(x)
+        b = a.sigmoid() * 1
+        b[0].zero_()
+        out = b.sum() * 2
+        return out + v.sum() if alias else out
+
+    compare(fn, x)
+
+
+def test_inplace_relu_and_view_write_match_eager_values():
+    x = leaf(3, 4)
+
+    def fn():
+        a = x.exp() * 1
+        a[:, 1:3] = a[:, 1:3] * 5  # copy_ into a view
+        return F.relu(a - 2, inplace=True).sum()
+
+    compare(fn, x)
+
+
+def test_random_ops_replay_and_leave_the_stream_alone():
+    x = leaf(64, 32)
+
+    def fn():
+        torch.manual_seed(3)
+        h = F.dropout(x.tanh(), 0.5) + torch.rand(64, 32)
+        return (F.dropout(h, 0.3) * torch.randn_like(h)).sum()
+
+    compare(fn, x)
+    torch.manual_seed(5)
+    with rt.enable(stress=True):
+        fn().backward()
+        after = torch.rand(3)
+    torch.manual_seed(5)
+    fn().backward()
+    assert torch.equal(after, torch.rand(3))
+
+
+def test_batch_norm_stats_not_updated_twice():
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(5)
+    bn2 = torch.nn.BatchNorm1d(5)
+    bn2.load_state_dict(bn.state_dict())
+    x = leaf(8, 5)
+    (bn(x).tanh().sum()).backward()
+    with rt.enable(stress=True):
+        (bn2(x).tanh().sum()).backward()
+    for a, b in zip(bn.buffers(), bn2.buffers()):
+        assert torch.equal(a, b)
+
+
+def test_changed_outside_input_raises_clear_error():
+    w = leaf(5)
+    x = torch.randn(5)  # plain input from outside, no grad
+    with rt.enable(stress=True) as s:
+        y = (x * w).tanh()
+        with torch.no_grad():
+            x.add_(1)
+        with pytest.raises(rt.StaleInputError, match="modified in place"):
+            y.sum().backward()
+    assert s.stats.evictions > 0
+
+
+def test_parameter_update_hands_out_held_tensors():
+    w = leaf(5)
+    with rt.enable(stress=True):
+        loss = (w * 2).exp().sum()
+        loss.backward()
+        with torch.no_grad():
+            w.sub_(w.grad)  # an optimizer step
+    assert loss.item() == (leaf(5) * 2).exp().sum().item()
+
+
+def test_budget_error_is_clear_and_session_stays_usable():
+    x = torch.randn(1000)
+    with rt.enable(budget=1000, debug=True) as s:
+        a = x * 2  # 4000 bytes: allowed as the output of the op in flight
+        msg = r"1000 bytes.*aten\.mul\.Tensor.*4000 bytes.*locked"
+        with pytest.raises(rt.BudgetError, match=msg):
+            a + a * 1
+        small = torch.ones(10) + 1
+        assert small.sum().item() == 20.0
+    assert torch.equal(rt.unwrap(a), x * 2)
+    assert s.stats.budget_errors == 1
+
+
+def test_user_exception_restores_process():
+    x = leaf(3)
+    with pytest.raises(KeyError), rt.enable(budget="1MiB") as s:
+        (x * 2).sum()
+        raise KeyError("user")
+    assert _get_current_dispatch_mode() is None
+    assert s.closed and not s.active
+    assert type(x * 2) is torch.Tensor
+
+
+def test_no_grad():
+    x = torch.randn(4, 4)
+    with rt.enable(stress=True):
+        with torch.no_grad():
+            plain = x @ x
+            y = (x + 0).tanh()  # grad mode off and no wrapper input: plain
+        z = x * 1  # tracked
+        with torch.no_grad():
+            tracked = z.exp()
+    assert type(plain) is torch.Tensor and type(y) is torch.Tensor
+    assert rt.is_tracked(tracked) and torch.equal(rt.unwrap(tracked), x.exp())
+
+
+def test_retain_graph_and_double_backward():
+    x = leaf(6)
+    ref = (x.sin() * x).sum()
+    ref.backward(retain_graph=True)
+    ref.backward()
+    g_ref = x.grad.clone()
+    (gg_ref,) = torch.autograd.grad((torch.autograd.grad((x.sin() * x).sum(), x,
+                                                         create_graph=True)[0] ** 2).sum(), x)
+    x.grad = None
+    with rt.enable(stress=True, debug=True):
+        y = (x.sin() * x).sum()
+        y.backward(retain_graph=True)
+        y.backward()
+        (g,) = torch.autograd.grad((x.sin() * x).sum(), x, create_graph=True)
+        (gg,) = torch.autograd.grad((g ** 2).sum(), x)
+    assert torch.equal(x.grad, g_ref)
+    assert torch.equal(rt.unwrap(gg), gg_ref)
+
+
+def test_multi_output_ops():
+    x = leaf(5, 6)
+
+    def fn():
+        v, i = x.exp().max(dim=1)
+        a, b = x.split([2, 4], dim=1)
+        var, mean = torch.var_mean(x * 3, dim=0)
+        return v.sum() + i.float().sum() + (a.sum() * b.mean()) + var.sum() + mean.sum()
+
+    compare(fn, x)
+
+
+def test_boundary_calls_inside_and_after_exit():
+    x = torch.arange(6.0).reshape(2, 3)
+
+    @torch.library.custom_op("tritondtr_test::twice", mutates_args=())
+    def twice(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    with rt.enable(stress=True):
+        y = x + 1
+        assert y.sum().item() == 21.0
+        assert y.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+        assert (y.numpy() == (x + 1).numpy()).all()
+        assert "tensor([[1., 2., 3." in repr(y)
+        assert torch.equal(rt.unwrap(twice(y)), (x + 1) * 2)
+        z = y * 2
+    assert z.tolist() == [[2.0, 4.0, 6.0], [8.0, 10.0, 12.0]]
+    w = z + 1  # after exit: plain in, plain out
+    assert type(w) is torch.Tensor and torch.equal(w, (x + 1) * 2 + 1)
+    z.add_(1)
+    assert torch.equal(rt.unwrap(z), w)
+
+
+def test_100k_deep_chain_recomputes_without_recursion():
+    n = 100_000
+    with rt.enable(budget=None, heuristic="lru") as s:
+        y = torch.zeros(1)
+        for _ in range(n):
+            y = y + 1
+        s.evict_all()
+        assert y.item() == float(n)
+    assert s.stats.rematerializations == n + 1  # the adds and torch.zeros
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"budget": -1}, {"budget": "12 parsecs"}, {"budget": 1.5}, {"budget": True},
+    {"heuristic": "nope"}, {"backend": "gpu-magic"}, {"stress": True, "budget": "1MiB"},
+    {"never_evict": 3}, {"debug": "yes"},
+], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_invalid_arguments(kwargs):
+    with pytest.raises(ValueError, match=r"expected|must|unknown|takes no budget|cannot read"):
+        rt.enable(**kwargs)
+
+
+def test_budget_strings():
+    assert rt.enable("512MiB").config.budget == 512 * 2**20
+    assert rt.enable("1.5GB").config.budget == 1_500_000_000
+    assert rt.enable(1234).stats.budget == 1234
+
+
+def test_profiler_shows_named_ranges():
+    x = leaf(16, 16)
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu) as prof, rt.enable(budget=3000):
+        h = x
+        for _ in range(6):
+            h = h.tanh() * 1.5
+        h.sum().backward()
+    names = {e.name for e in prof.events()}
+    assert {"tritondtr::evict", "tritondtr::select", "tritondtr::rematerialize"} <= names
+
+
+def test_autocast():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def fn():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return lin(lin(x).relu()).float().sum()
+
+    compare(fn, *lin.parameters())
+
+
+def test_never_evict_pins_outputs():
+    x = leaf(8, 8)
+    seen = []
+
+    def pin_tanh(op, out):
+        seen.append(op)
+        return op == "aten.tanh.default"
+
+    with rt.enable(stress=True, never_evict=pin_tanh) as s:
+        (x.tanh() * 2).sum().backward()
+    assert "aten.tanh.default" in seen and s.stats.evictions > 0
+
+
+def test_unsupported_op_is_refused_clearly():
+    with rt.enable(stress=True):
+        y = torch.randn(3, 4) * 1
+        with pytest.raises(rt.UnsupportedOpError, match=r"aten\.t_"):
+            y.t_()
