@@ -40,6 +40,7 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from . import boundary
 from .errors import UnsupportedOpError
 from .pool import Pool
 from .recipe import PLAIN, READ, SNAPSHOT, WRITE, Cell, Recipe, Storage, capture_rng, derive
@@ -111,9 +112,10 @@ class Session:
         if pool.depth == 0 and (pool.dead or pool.released):
             pool.drain()
         if self.closed:
-            return self._call_plain(info, args, kwargs)
-        if info.written and pool.now != pool.frozen_at and self._writes_leaf(info, args, kwargs):
-            self.freeze()
+            return boundary.call_plain(info, args, kwargs)
+        if (info.written and pool.now != pool.frozen_at
+                and boundary.writes_leaf(self, info, args, kwargs)):
+            self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
         if not torch.is_grad_enabled() and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
@@ -279,27 +281,6 @@ class Session:
         s = pool.track(o, rec, len(rec.outs) - 1, parents, cost, pinned)
         return DTRTensor(Cell(s, pool), o, None)
 
-    def _call_plain(self, info, args, kwargs):
-        """After exit (NOTE [ Escaping tensors ] rule 1): plain values in, plain out."""
-        pargs, pkw = list(args), dict(kwargs)
-        for i, kind, name in info.args:
-            where, key = (pargs, i) if name is None else (pkw, name)
-            if (name is None and i >= len(pargs)) or (name is not None and name not in pkw):
-                continue
-            v = where[key]
-            if kind == ONE:
-                where[key] = unwrap_any(v)
-            elif v is not None:
-                where[key] = [unwrap_any(t) for t in v]
-        out = info.func(*pargs, **pkw)
-        for r, (_, _, wrote_arg) in enumerate(info.rets):
-            if wrote_arg is not None:
-                obj = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]
-                if len(info.rets) == 1:
-                    return obj
-                out = (*out[:r], obj, *out[r + 1:])
-        return out
-
     def evict_all(self) -> int:
         """Evict every evictable storage now (tests, measurements); returns how many."""
         pool = self.pool
@@ -313,60 +294,16 @@ class Session:
 
     # ------------------------------------------------------------------ values
     def value(self, t: DTRTensor, *, escape: bool) -> torch.Tensor:
-        """The plain value of ``t`` (recomputed if evicted). ``escape``: hand the buffer out
-        (NOTE [ Escaping tensors ] rule 2), required whenever the plain tensor may outlive
-        the call or be written."""
-        pool = self.pool
-        with _disable_current_modes():
-            cell = t._cell
-            s = cell.storage
-            if s.slot < 0:
-                return derive(s.buf, t._view)
-            pool.depth += 1
-            try:
-                buf = s.buf
-                if buf is None:
-                    buf = pool.materialize(s)
-                    pool.unlock(s)
-                if escape:
-                    cell.storage = Storage(buf, s.nbytes, -1, None, -1, pool)
-                    pool.hand_out(s)
-                return derive(buf, t._view)
-            finally:
-                pool.depth -= 1
-
-    def _writes_leaf(self, info, args, kwargs) -> bool:
-        hooks = self._hooks
-        for key in info.written:
-            v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
-            for t in (v if isinstance(v, (list, tuple)) else (v,)):
-                if isinstance(t, torch.Tensor) and type(t) is not DTRTensor:
-                    h = hooks.get(id(t))
-                    if h is not None and h[0]() is t:
-                        return True
-        return False
+        """The plain value of ``t`` (see :func:`boundary.value`)."""
+        return boundary.value(self, t, escape=escape)
 
     def freeze(self) -> None:
-        """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds."""
-        pool = self.pool
-        if pool.engine is None:
-            return
-        pool.drain()
-        held = [s for ref in pool.slots if ref is not None and (s := ref()) is not None
-                and s.held and s.slot >= 0]
-        with _disable_current_modes():
-            for s in held:
-                if s.slot < 0:
-                    continue
-                pool.depth += 1
-                try:
-                    if s.buf is None:
-                        pool.materialize(s)
-                        pool.unlock(s)
-                    pool.externalize(s)
-                finally:
-                    pool.depth -= 1
-        pool.frozen_at = pool.now
+        """NOTE [ Parameter writes ] (boundary.py)."""
+        boundary.freeze(self)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
+        boundary.check_invariants(self)
 
     def _hook(self, p: torch.Tensor) -> None:
         """NOTE [ What is tracked ] rule 4."""
@@ -379,35 +316,6 @@ class Session:
         g = p.grad
         if type(g) is DTRTensor and g.grad_fn is None:
             p.grad = g._cell.pool.session.value(g, escape=True)
-
-    # ---------------------------------------------------------------- debugging
-    def check_invariants(self) -> None:
-        """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
-        pool = self.pool
-        if pool.engine is None:
-            return
-        pool.engine.check_invariants()
-        total = 0
-        for ref in pool.slots:
-            s = ref() if ref is not None else None
-            if s is None:
-                continue
-            res = pool.engine.is_resident(s.slot)
-            assert res == (s.buf is not None), f"slot {s.slot}: buffer vs engine residency"
-            if res:
-                total += s.nbytes
-                if pool.depth == 0:
-                    assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked between ops"
-        pending = sum(n for _, n in pool.released)
-        assert total + pending == pool.resident, (
-            f"resident bytes {pool.resident} != live resident storages {total} + {pending}")
-
-
-def unwrap_any(v):
-    if type(v) is DTRTensor:
-        return v._cell.pool.session.value(v, escape=True)
-    return v
-
 
 def _view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
     """A wrapper for output ``o``, a view of the argument ``src`` (plain value ``psrc``)."""
