@@ -15,6 +15,7 @@ from .heuristics import (
     register_heuristic,
 )
 from .policy import Backend
+from .runtime import BudgetError, Session, SessionStats, enable
 from .table import MetadataTable, SlotState
 from .units import format_bytes, parse_bytes
 
@@ -31,6 +32,11 @@ __all__ = [
     "register_heuristic",
     "get_heuristic",
     "heuristic_names",
+    # runtime
+    "enable",
+    "Session",
+    "SessionStats",
+    "BudgetError",
     # units
     "parse_bytes",
     "format_bytes",
