@@ -284,6 +284,7 @@ def test_diamond_counts_shared_ancestor_once():
     assert _nbhd(eng, b) == 1.0 and _nbhd(eng, d) == 5.0
 
 
+@pytest.mark.slow  # about 10 s each on 2 cores; CI runs it (the README command runs all)
 @pytest.mark.parametrize("heuristic", list(MODES))
 def test_million_chain_without_recursion(heuristic):
     """A 1e6-long chain: evict everything, flush (one search spans the chain), remat in
@@ -343,3 +344,24 @@ def test_mask_sums_are_correctly_rounded_exact_sums(kind):
     for m, g in zip(masks, got):
         want = float(sum((costs[s] for s in slots if m >> s & 1), Fraction(0)))
         assert g == want, (kind, g, want)
+
+
+@pytest.mark.parametrize("max_bits", [1 << 31, 4096 * 64], ids=["cached", "over-budget"])
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_long_evicted_chain_with_many_dirty_residents(heuristic, max_bits, monkeypatch):
+    """NOTE [ Batched regions ] rule 5: a chain longer than the mask budget falls back to the
+    per-slot search; both give the reference values."""
+    monkeypatch.setattr(neighborhood, "_MAX_CACHE_BITS", max_bits)
+    n = 3000
+    eng, chain = _chain(heuristic, [float(i % 7 + 1) for i in range(n)])
+    leaves = [eng.new(1.0, 1, n, [chain[i]]) for i in range(0, n, 300)]
+    for s in chain:
+        eng.evict(s)
+    prefix = np.cumsum([float(i % 7 + 1) for i in range(n)])
+    for k, leaf in enumerate(leaves):
+        assert _nbhd(eng, leaf) == prefix[300 * k]  # ancestors: chain[0..300k]
+    eng.remat(chain[1500], n + 1)
+    for k, leaf in enumerate(leaves):
+        i = 300 * k
+        want = prefix[i] - (prefix[1500] if i > 1500 else 0.0)
+        assert _nbhd(eng, leaf) == (0.0 if i == 1500 else want)

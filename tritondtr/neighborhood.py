@@ -86,19 +86,22 @@ _SCALE = 149  # NOTE [ Neighbourhood staging ] rule 4: float32 values are multip
 # 4. The per-slot search costs the sum of the region sizes; the batch costs the invalidated
 #    part of their union plus word-parallel ORs. It wins when regions overlap (recurrent
 #    chains: on the lstm trace 51M node visits per run became a few per eviction).
-# 5. Masks cost capacity/8 bytes each: the cache is dropped beyond _MAX_CACHE_BITS, tables
-#    beyond _MAX_BATCH_CAPACITY slots use the per-slot search, and so does a flush that
-#    meets a cycle (a successor that is still open in the DFS).
+# 5. A mask costs up to capacity/8 bytes and building it up to capacity/64 word operations
+#    per edge, so the masks are bounded by _MAX_CACHE_BITS / capacity: the cache is dropped
+#    when half full, and a flush that would need more new masks than fit (a long evicted
+#    chain) uses the per-slot search, as do tables beyond _MAX_BATCH_CAPACITY slots and a
+#    flush that meets a cycle (a successor that is still open in the DFS).
 _BATCH_MIN = 4
 _MAX_BATCH_CAPACITY = 1 << 20
 _MAX_CACHE_BITS = 1 << 31  # 256 MiB of masks
 
 
 def _post_order(
-    roots: list[int], adj: list[list[int]], st: bytearray, done: dict[int, int]
-) -> list[int]:
+    roots: list[int], adj: list[list[int]], st: bytearray, done: dict[int, int], limit: int
+) -> list[int] | None:
     """Evicted slots reachable from ``roots``' evicted neighbours along ``adj`` through
-    evicted slots not in ``done``, in DFS post-order (a slot after its successors)."""
+    evicted slots not in ``done``, in DFS post-order (a slot after its successors);
+    ``None`` as soon as more than ``limit`` are found."""
     seen: set[int] = set()
     post: list[int] = []
     for r in roots:
@@ -106,12 +109,16 @@ def _post_order(
             if st[p] != EVICTED or p in seen or p in done:
                 continue
             seen.add(p)
+            if len(seen) > limit:
+                return None
             stack = [(p, iter(adj[p]))]
             while stack:
                 u, it = stack[-1]
                 for v in it:
                     if st[v] == EVICTED and v not in seen and v not in done:
                         seen.add(v)
+                        if len(seen) > limit:
+                            return None
                         stack.append((v, iter(adj[v])))
                         break
                 else:
@@ -386,7 +393,8 @@ class Neighborhood:
         st = self.state
         if len(st) > _MAX_BATCH_CAPACITY:
             return None
-        if (len(self._clo_up) + len(self._clo_down)) * len(st) > _MAX_CACHE_BITS:
+        max_masks = _MAX_CACHE_BITS // len(st)
+        if len(self._clo_up) + len(self._clo_down) > max_masks // 2:
             self._clo_up.clear()
             self._clo_down.clear()
         dirs = [(self.parents, self._clo_up)]
@@ -394,7 +402,11 @@ class Neighborhood:
             dirs.append((self.children, self._clo_down))
         masks = [0] * len(slots)
         for adj, clo in dirs:
-            for u in _post_order(slots, adj, st, clo):
+            limit = max_masks - len(self._clo_up) - len(self._clo_down)
+            post = _post_order(slots, adj, st, clo, limit)
+            if post is None:  # too many new masks: per-slot search (rule 5)
+                return None
+            for u in post:
                 m = 1 << u
                 for v in adj[u]:
                     if st[v] == EVICTED:
