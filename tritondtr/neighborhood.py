@@ -445,7 +445,7 @@ class Neighborhood:
             shift = np.where(nz, e - e_min, 0)
             if int(shift.max()) + 24 + len(cols).bit_length() <= 62:
                 fixed = np.where(nz, (mant * (1 << 24)).astype(np.int64) << shift, 0)
-                rows = max(1, (1 << 24) // (8 * nbytes))
+                rows = max(1, (1 << 21) // (8 * nbytes))  # <= 16 MiB of int64 per chunk
                 for lo in range(0, len(distinct), rows):
                     chunk = distinct[lo:lo + rows]
                     raw = b"".join(m.to_bytes(nbytes, "little") for m in chunk)
