@@ -51,9 +51,9 @@ class GPTConfig:
     ``layers`` blocks of ``heads`` attention heads, ``dropout`` probability."""
 
     vocab: int = 64
-    block: int = 32
-    width: int = 64
-    layers: int = 3
+    block: int = 64
+    width: int = 128
+    layers: int = 4
     heads: int = 4
     dropout: float = 0.1
 
@@ -192,19 +192,22 @@ def _equal(ref, got) -> bool:
         torch.equal(a, b) for ga, gb in zip(rg, gg) for a, b in zip(ga, gb))
 
 
-def run_demo(config: GPTConfig = GPTConfig(), *, steps: int = 3, batch: int = 8,
+def run_demo(config: GPTConfig = GPTConfig(), *, steps: int = 4, batch: int = 8,
              ratios: tuple[float, ...] = (0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1,
                                           0.05),
-             seed: int = 0, device: str | torch.device = "cpu", time_limit_s: float = 60.0,
-             log=print) -> list[DemoRow]:
-    """The demo's runs (see the module docstring); stops at the first budget that fails,
-    or before starting a budget once ``time_limit_s`` seconds have passed."""
+             refine: int = 2, seed: int = 0, device: str | torch.device = "cpu",
+             time_limit_s: float = 60.0, log=print) -> list[DemoRow]:
+    """The demo's runs (see the module docstring): ``ratios`` in order until one fails, then
+    ``refine`` bisection steps between the lowest that worked and the highest that failed.
+    No new budget starts once ``time_limit_s`` seconds have passed."""
     from .runtime import BudgetError
 
     torch.manual_seed(seed)
     model0 = TinyGPT(config).to(device)
     data = batches(config, steps, batch, seed, device)
     t_start = time.perf_counter()
+    for mode in ("eager", "tritondtr"):  # warm-up: lazy initialisation is not a step time
+        _train(model0, data[:1], None, mode, seed, device)
     ref_l, ref_g, ref = _train(model0, data, None, "eager", seed, device)
     rows = [DemoRow("eager", None, None, None, 0, 0, ref[3], None)]
     log(f"eager reference: {ref[3] * 1e3:.1f} ms/step")
@@ -212,19 +215,41 @@ def run_demo(config: GPTConfig = GPTConfig(), *, steps: int = 3, batch: int = 8,
     base = st[0]
     rows.append(DemoRow("unlimited", 1.0, None, base, st[1], st[2], st[3],
                         _equal((ref_l, ref_g), (loss, grads))))
-    for r in ratios:
-        if time.perf_counter() - t_start > time_limit_s:
-            log(f"time limit of {time_limit_s:.0f} s reached: stopping before ratio {r}")
-            break
+    def attempt(r: float) -> bool:
         budget = int(base * r)
         try:
             loss, grads, st = _train(model0, data, budget, "tritondtr", seed, device)
         except BudgetError as e:
-            rows.append(DemoRow(f"{r:.0%}", r, budget, None, 0, 0, float("nan"), None,
-                                error=str(e).split(":")[1].strip()[:60] + "..."))
-            break
-        rows.append(DemoRow(f"{r:.0%}", r, budget, st[0], st[1], st[2], st[3],
+            rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None,
+                                error=f"{e.op} needs {format_bytes(e.needed)}"))
+            return False
+        rows.append(DemoRow(f"{r:.1%}", r, budget, st[0], st[1], st[2], st[3],
                             _equal((ref_l, ref_g), (loss, grads))))
+        return True
+
+    def out_of_time(r: float) -> bool:
+        if time.perf_counter() - t_start <= time_limit_s:
+            return False
+        log(f"time limit of {time_limit_s:.0f} s reached: stopping before ratio {r:.1%}")
+        return True
+
+    ok, failed = 1.0, None
+    for r in ratios:
+        if out_of_time(r):
+            break
+        if not attempt(r):
+            failed = r
+            break
+        ok = r
+    for _ in range(refine if failed is not None else 0):  # bisect towards the lowest
+        r = (ok + failed) / 2
+        if out_of_time(r):
+            break
+        if attempt(r):
+            ok = r
+        else:
+            failed = r
+    rows[2:] = sorted(rows[2:], key=lambda row: -row.ratio)
     return rows
 
 
@@ -279,9 +304,11 @@ def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Pa
     for a in (a1, a2):
         a.invert_xaxis()
         a.grid(alpha=0.3)
+    a2.axhline(1.0, color="k", ls=":", lw=1, label="eager")
     a1.legend()
-    a2.legend(loc="upper left")
-    a2b.legend(loc="upper center")
+    h1, l1 = a2.get_legend_handles_labels()
+    h2, l2 = a2b.get_legend_handles_labels()
+    a2.legend(h1 + h2, l1 + l2, loc="upper center")
     bad = [r.run for r in ok if not r.grads_equal]
     fig.suptitle(f"tritondtr demo on {device}: gradients equal to eager "
                  + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}"))
@@ -307,8 +334,11 @@ def _ratios(text: str) -> tuple[float, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tritondtr demo``."""
     d = GPTConfig()
-    parser.add_argument("--steps", type=int, default=3, help="training steps per run "
-                        "(default: 3)")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per run "
+                        "(default: 4)")
+    parser.add_argument("--refine", type=int, default=2,
+                        help="bisection steps between the lowest budget that worked and the "
+                             "first that failed (default: 2)")
     parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default: 8)")
     parser.add_argument("--ratios", type=_ratios, default=None,
                         help="budgets as fractions of the unlimited peak, tried in this order, "
@@ -324,6 +354,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto",
                         help="cpu, cuda, cuda:1, or auto: cuda when available (default: auto)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, batches, dropout")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads of torch (default: 1: steadier step times on a busy "
+                             "machine; 0 keeps torch's default)")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                         help="start no new budget after S seconds (default: 60)")
     parser.add_argument("--out", type=Path, default=Path("out/demo"),
@@ -338,18 +371,21 @@ def run(args: argparse.Namespace) -> int:
     for name in ("steps", "batch"):
         if getattr(args, name) < 1:
             raise SystemExit(f"tritondtr demo: --{name} must be >= 1")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     config = GPTConfig(vocab=args.vocab, block=args.block, width=args.width,
                        layers=args.layers, heads=args.heads, dropout=args.dropout)
     kw = {} if args.ratios is None else {"ratios": args.ratios}
     n = sum(p.numel() for p in TinyGPT(config).parameters())
     print(f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
-          f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device}")
-    rows = run_demo(config, steps=args.steps, batch=args.batch, seed=args.seed, device=device,
-                    time_limit_s=args.time_limit, **kw)
+          f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device} "
+          f"({torch.get_num_threads()} threads)")
+    rows = run_demo(config, steps=args.steps, batch=args.batch, refine=args.refine,
+                    seed=args.seed, device=device, time_limit_s=args.time_limit, **kw)
     print(format_table(rows))
     lowest = [r for r in rows[2:] if not r.error]
     if lowest:
-        r = lowest[-1]
+        r = min(lowest, key=lambda row: row.ratio)
         print(f"lowest budget that works: {r.run} of the unlimited peak "
               f"({format_bytes(r.budget_bytes)}), step time {r.step_s / rows[0].step_s:.2f}x "
               "eager")
