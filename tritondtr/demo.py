@@ -9,7 +9,7 @@ the reference bit for bit. Prints a table (budget, peak, evictions, rematerializ
 time, gradients equal) and writes demo.csv and demo.png to --out.
 
 examples:
-  tritondtr demo                              # about a minute on a 2-core CPU
+  tritondtr demo                              # about 30 s on a 2-core CPU
   tritondtr demo --steps 5 --ratios 0.5,0.3 --out out/demo
   tritondtr demo --layers 12 --width 768 --heads 12 --block 1024 --vocab 50257  # GPT-2 small
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from .units import format_bytes
@@ -94,7 +95,11 @@ class TinyGPT(nn.Module):
     """A GPT-like decoder: token and position embeddings, pre-LayerNorm blocks with causal
     self-attention and an MLP, a head tied to the token embedding.
 
-    ``forward(idx)``: idx ``[B, T] int64`` (T <= block) -> logits ``[B, T, vocab]``."""
+    ``forward(idx)``: idx ``[B, T] int64`` (T <= block) -> logits ``[B, T, vocab]``.
+    ``checkpoint = True`` runs every block under ``torch.utils.checkpoint`` (the baseline
+    tritondtr is compared with in benchmarks/bench_runtime_checkpoint.py)."""
+
+    checkpoint: bool = False
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -108,7 +113,10 @@ class TinyGPT(nn.Module):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok(idx) + self.pos(pos))
         for blk in self.blocks:
-            x = blk(x)
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)
         return self.ln(x) @ self.tok.weight.t()
 
 

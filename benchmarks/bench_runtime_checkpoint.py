@@ -1,0 +1,181 @@
+"""Is tritondtr faster than ``torch.utils.checkpoint`` at the same measured peak memory?
+
+For models with a natural segmentation (the zoo's MLP and CNN, ``nn.Sequential``, split with
+``checkpoint_sequential``; the demo's GPT, every block checkpointed), the checkpointed step's
+peak is measured in tritondtr's accounting (``enable(budget=None)`` around it: every storage
+the step creates, recomputation included). tritondtr then runs the *unmodified* model under a
+budget chosen so that its measured peak is at most that peak, and both step times are
+compared (checkpoint runs in plain eager mode, as users run it).
+
+# NOTE [ Checkpoint comparison ]
+# 1. Budget search: start at the checkpoint's peak; while tritondtr's measured peak exceeds
+#    it (by the outputs of the op in flight, NOTE [ Budget accounting ]), lower the budget by
+#    the excess, at most 4 times. The rows give both peaks.
+# 2. Rows per model: ``step_time`` (ms) for ``eager``, ``checkpoint`` and ``tritondtr``;
+#    ``peak`` (bytes) for all three; ``vs_checkpoint`` = tritondtr / checkpoint step time
+#    (target: <= 1, issue 4 section 5). ``size`` is eager's peak in bytes.
+# 3. The LSTM and the TreeLSTM of the zoo have no segmentation checkpoint can use (one fused
+#    op; a data-dependent tree) and are not in this comparison.
+
+examples:
+  python benchmarks/bench_runtime_checkpoint.py               # ~1 min on 2 CPU cores
+  python benchmarks/bench_runtime_checkpoint.py --device cuda --models gpt
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint_sequential
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+
+from bench_runtime_budget import under  # noqa: E402
+from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
+
+MODELS = ("mlp", "cnn", "gpt")
+
+
+class _Segmented(nn.Module):
+    """``seq`` run by ``checkpoint_sequential`` in ``segments`` segments."""
+
+    def __init__(self, seq: nn.Sequential, segments: int) -> None:
+        super().__init__()
+        self.seq, self.segments = seq, segments
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint_sequential(self.seq, self.segments, x, use_reentrant=False)
+
+
+def load(name: str, scale: int, device: str, batch: int, checkpointed: bool):
+    """(model, step) of one model, plain or checkpointed."""
+    if name == "gpt":
+        from tritondtr.demo import GPTConfig, TinyGPT
+
+        torch.manual_seed(0)
+        config = GPTConfig(block=128, width=128, layers=8, heads=4)
+        model = TinyGPT(config).to(device)
+        model.checkpoint = checkpointed
+        x = torch.randint(0, config.vocab, (batch, config.block), device=device)
+        y = torch.randint(0, config.vocab, (batch, config.block), device=device)
+
+        def loss():
+            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    else:
+        import zoo
+
+        case = zoo.make(name, seed=0, scale=scale)
+        model = case.model.to(device)
+        inputs = tuple(t.to(device) for t in case.inputs)
+        run = _Segmented(model, max(2, round(len(model) ** 0.5))) if checkpointed else model
+
+        def loss():
+            return case.loss(run, inputs)
+
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss().backward()
+        opt.step()
+
+    return model, step
+
+
+def _peak(step) -> int:
+    run, stats = under(step, budget=None)
+    run()
+    return stats[-1].peak_bytes
+
+
+def bench_model(name: str, args, env: Env) -> list[Row]:
+    dev = describe_device(args.device)
+    _, plain = load(name, args.scale, args.device, args.batch, checkpointed=False)
+    _, ckpt = load(name, args.scale, args.device, args.batch, checkpointed=True)
+    eager_peak, ckpt_peak = _peak(plain), _peak(ckpt)
+    budget, tries = ckpt_peak, []
+    for _ in range(5):  # NOTE [ Checkpoint comparison ] rule 1
+        run, stats = under(plain, budget=budget)
+        run()
+        tries.append((budget, stats[-1].peak_bytes))
+        if stats[-1].peak_bytes <= ckpt_peak:
+            break
+        budget -= stats[-1].peak_bytes - ckpt_peak
+    dtr_run, dtr_stats = under(plain, budget=budget)
+    kw = dict(device=args.device, warmup=1, repeats=args.repeats, min_sample_s=0.0,
+              max_time_s=args.max_time)
+    timings = {"eager": measure(plain, **kw), "checkpoint": measure(ckpt, **kw),
+               "tritondtr": measure(dtr_run, **kw)}
+    peaks = {"eager": eager_peak, "checkpoint": ckpt_peak,
+             "tritondtr": max(s.peak_bytes for s in dtr_stats)}
+    params = f"model={name};scale={args.scale};budget={budget}"
+    note = "budget search (budget, peak): " + ", ".join(f"({b}, {p})" for b, p in tries)
+    rows = []
+    for provider, t in timings.items():
+        rows.append(Row.of("step_time", provider, eager_peak, t.stats(1e3), "ms", device=dev,
+                           env=env, timing=t, params=params))
+        rows.append(Row.of("peak", provider, eager_peak, Stats.of([peaks[provider]]), "bytes",
+                           device=dev, env=env, params=params,
+                           note=note if provider == "tritondtr" else ""))
+    ratio = timings["tritondtr"].stats().median / timings["checkpoint"].stats().median
+    rows.append(Row.of("vs_checkpoint", "tritondtr", eager_peak, Stats.of([ratio]), "x",
+                       device=dev, env=env, params=params))
+    st = dtr_stats[-1]
+    print(f"  {name:5s} eager {timings['eager'].stats(1e3).median:8.2f} ms peak {eager_peak:>11,d}"
+          f" | checkpoint {timings['checkpoint'].stats(1e3).median:8.2f} ms peak "
+          f"{ckpt_peak:>11,d} | tritondtr {timings['tritondtr'].stats(1e3).median:8.2f} ms "
+          f"peak {peaks['tritondtr']:>11,d} (budget {budget:,d}, {st.rematerializations} "
+          f"remats) | tritondtr/checkpoint {ratio:.2f}x", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--scale", type=int, default=4, help="width scale of the zoo's mlp and "
+                   "cnn (default: 4); gpt is tritondtr.demo's TinyGPT, 8 layers, width 128, "
+                   "128 tokens")
+    p.add_argument("--batch", type=int, default=8, help="gpt batch (default: 8)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    p.add_argument("--repeats", type=int, default=7, help="samples per provider (default: 7)")
+    p.add_argument("--max-time", type=float, default=10.0, help="seconds per provider")
+    p.add_argument("--out", type=Path, default=Path("out/bench"), help="output folder")
+    p.add_argument("--tag", default=None, help="file name tag (default: device)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    env = Env.capture()
+    print(f"# tritondtr vs torch.utils.checkpoint, {describe_device(args.device)}")
+    rows: list[Row] = []
+    for name in args.models:
+        rows += bench_model(name, args, env)
+    device = torch.device(args.device).type
+    tag = args.tag or (f"cpu-{torch.get_num_threads()}thread" if device == "cpu" else
+                       torch.cuda.get_device_name().lower().replace(" ", "-"))
+    write_csv(rows, args.out / f"runtime_checkpoint_{tag}.csv")
+    write_json(rows, args.out / f"runtime_checkpoint_{tag}.json")
+    lines = [f"Hardware: {describe_device(args.device)}", "",
+             "| model | eager ms | checkpoint ms | tritondtr ms | eager peak | checkpoint peak "
+             "| tritondtr peak | tritondtr / checkpoint (target <= 1) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in args.models:
+        get = {(r.what, r.provider): r for r in rows if r.params.startswith(f"model={name};")}
+        ms = [get["step_time", k].median for k in ("eager", "checkpoint", "tritondtr")]
+        pk = [int(get["peak", k].median) for k in ("eager", "checkpoint", "tritondtr")]
+        lines.append(f"| {name} | " + " | ".join(f"{m:.1f}" for m in ms) + " | "
+                     + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
+                     + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x |")
+    (args.out / f"runtime_checkpoint_{tag}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
