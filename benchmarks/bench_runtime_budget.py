@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         rows += bench_model(load(name, args.scale, args.device, args.batch), args.device, env,
                             args.repeats, args.max_time)
-    tag = args.tag or (f"cpu-{torch.get_num_threads()}thread" if device == "cpu" else
+    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+                       if device == "cpu" else
                        torch.cuda.get_device_name().lower().replace(" ", "-"))
     write_csv(rows, args.out / f"runtime_budget_{tag}.csv")
     write_json(rows, args.out / f"runtime_budget_{tag}.json")

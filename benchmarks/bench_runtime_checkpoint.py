@@ -25,6 +25,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -157,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         rows += bench_model(name, args, env)
     device = torch.device(args.device).type
-    tag = args.tag or (f"cpu-{torch.get_num_threads()}thread" if device == "cpu" else
+    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+                       if device == "cpu" else
                        torch.cuda.get_device_name().lower().replace(" ", "-"))
     write_csv(rows, args.out / f"runtime_checkpoint_{tag}.csv")
     write_json(rows, args.out / f"runtime_checkpoint_{tag}.json")
@@ -173,8 +175,37 @@ def main(argv: list[str] | None = None) -> int:
                      + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
                      + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x |")
     (args.out / f"runtime_checkpoint_{tag}.md").write_text("\n".join(lines) + "\n")
+    ms = {k: [next(r.median for r in rows if r.what == "step_time" and r.provider == k
+                   and r.params.startswith(f"model={m};")) for m in args.models]
+          for k in ("eager", "checkpoint", "tritondtr")}
+    _bars(list(args.models), {k: [v / e for v, e in zip(ms[k], ms["eager"])] for k in ms},
+          "step time / eager", "tritondtr vs torch.utils.checkpoint at the same peak\n"
+          + describe_device(args.device), args.out / f"runtime_checkpoint_{tag}.png")
     print("\n".join(lines))
     return 0
+
+
+def _bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
+          path: Path) -> None:
+    """Grouped bars: one group per entry of ``groups``, one bar per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar([g + i * width for g in range(len(groups))], values, width, label=name)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))], groups)
+    ax.set(ylabel=ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

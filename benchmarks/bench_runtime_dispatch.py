@@ -24,6 +24,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                        env=env, timing=t, params="with enable(): one op"))
     print(f"  session setup + one op: {t.stats(1e6).median:.1f} us")
     device = torch.device(args.device).type
-    tag = args.tag or (f"cpu-{torch.get_num_threads()}thread" if device == "cpu" else
+    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+                       if device == "cpu" else
                        torch.cuda.get_device_name().lower().replace(" ", "-"))
     write_csv(rows, args.out / f"runtime_dispatch_{tag}.csv")
     write_json(rows, args.out / f"runtime_dispatch_{tag}.json")
@@ -140,8 +142,36 @@ def main(argv: list[str] | None = None) -> int:
             + " |")
     lines.append(f"\nSession setup (`with enable(): one op`): {t.stats(1e6).median:.0f} us.")
     (args.out / f"runtime_dispatch_{tag}.md").write_text("\n".join(lines) + "\n")
+    over = {s: [next(r.median for r in rows if r.what == "overhead" and r.provider == s
+                     and r.params.startswith(f"case={c};")) for c in CASES]
+            for s in list(SETTINGS)[1:]}
+    _bars(list(CASES), over, "overhead per op (us)", f"tritondtr per-op overhead\n{dev}",
+          args.out / f"runtime_dispatch_{tag}.png")
     print("\n".join(lines))
     return 0
+
+
+def _bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
+          path: Path) -> None:
+    """Grouped bars: one group per entry of ``groups``, one bar per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    width = 0.8 / len(series)
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar([g + i * width for g in range(len(groups))], values, width, label=name)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))], groups)
+    ax.set(ylabel=ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
