@@ -13,8 +13,10 @@
 #    path, ``dtr`` formula) against one sqrt(N) sampled decision (``SampledEngine``'s path:
 #    scan of the state column, draw, score the sample with the torch twin). N = 1e3 .. 1e7.
 #    On CUDA the full scan runs the Triton kernel (backend auto); the sample stays on host.
-# 3. Overhead of sampling: ``random_dag(4000, live=1000, sizes 1..1000)`` at ratios 0.9..0.3,
-#    full scan against sqrt(N) sampling: overhead and replay wall time.
+# 3. Overhead of sampling: ``chain(2000)`` at budgets 1.5..8 sqrt(N) units, and
+#    ``random_dag(2000, live=300, sizes 1..1000)`` at ratios 0.9..0.4; full scan against
+#    sqrt(N) sampling: overhead and replay wall time (overhead limit 3x: beyond it a run is
+#    reported as thrash). ``--only sampling`` runs this part alone (sim_sampling.csv).
 # 4. GPU target (issue 3, section 6): a 1M-tensor trace with full-scan selection under a
 #    minute. ``--device cuda`` runs ``random_dag(1e6, live=2e5)`` at ratio 0.9 on the GPU
 #    engine; without CUDA it is reported as not measured.
@@ -61,10 +63,29 @@ def sampled_choice(t: MetadataTable, rng) -> int:
     return int(cand[int(policy.select("dtr", cols, 2000, backend="torch")[0])])
 
 
+def sampling(row) -> None:
+    """NOTE [ Scaling benchmark ] 3."""
+    chain = gen.chain(2000)
+    dag = gen.random_dag(2000, live=300, size=(1, 1000), cost=(1.0, 9.0), seed=0)
+    cases = [(chain, {"budget": b}, b) for b in (68, 90, 135, 180, 360)]
+    cases += [(dag, {"ratio": r}, int(100 * r)) for r in (0.9, 0.7, 0.5, 0.4)]
+    for trace, budget, size in cases:
+        exact = simulate(trace, "dtr_eq", overhead_limit=3.0, backend="torch", device="cpu",
+                         **budget)
+        samp = simulate(trace, "dtr_eq", overhead_limit=3.0, **budget,
+                        engine_factory=lambda h: SampledEngine(h, capacity=4096))
+        params = f"trace={trace.meta['name']};" + ";".join(f"{k}={v}" for k, v in budget.items())
+        for name, r in (("full-scan", exact), ("sqrt-sample", samp)):
+            row("sampling_overhead", name, size, Stats.of([r.overhead]), "x", params,
+                f"{r.status}, wall {r.wall_s:.2f}s")
+            row("sampling_wall_s", name, size, Stats.of([r.wall_s]), "s", params)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="1e7 events and 1e7 candidates")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--only", choices=["sampling"], help="run one part alone")
     args = ap.parse_args(argv)
     env, dev = Env.capture(), describe_device(args.device)
     rows: list[Row] = []
@@ -76,6 +97,10 @@ def main(argv=None) -> int:
               flush=True)
 
     top = 7 if args.full else 6
+    if args.only == "sampling":
+        sampling(row)
+        write_csv(rows, OUT / "sim_sampling.csv")
+        return 0
     for e in range(4, top + 1):
         n = 10**e
         t0 = time.perf_counter()
@@ -100,17 +125,7 @@ def main(argv=None) -> int:
         samp = measure(lambda t=t: sampled_choice(t, rng), repeats=5, max_time_s=10)
         row("decision_us", "sqrt-sample-host", n, samp.stats(1e6), "us")
         del t
-    trace = gen.random_dag(4000, live=1000, size=(1, 1000), cost=(1.0, 9.0), seed=0)
-    for ratio in (0.9, 0.7, 0.5, 0.4, 0.3):
-        size = int(ratio * 100)
-        exact = simulate(trace, "dtr_eq", ratio=ratio, overhead_limit=1e9, backend="torch",
-                         device="cpu")
-        samp = simulate(trace, "dtr_eq", ratio=ratio, overhead_limit=1e9,
-                        engine_factory=lambda h: SampledEngine(h, capacity=4096))
-        for name, r in (("full-scan", exact), ("sqrt-sample", samp)):
-            row("sampling_overhead", name, size, Stats.of([r.overhead]), "x",
-                f"ratio={ratio}", f"{r.status}, wall {r.wall_s:.2f}s")
-            row("sampling_wall_s", name, size, Stats.of([r.wall_s]), "s", f"ratio={ratio}")
+    sampling(row)
     if args.device.startswith("cuda") and torch.cuda.is_available():
         trace = gen.random_dag(10**6, live=200_000)
         r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=args.device)
