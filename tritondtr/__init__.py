@@ -6,6 +6,7 @@ a heuristic is evicted, and recomputed from its parent op when it is needed agai
 
 __version__ = "0.1.0"
 
+from .engine import Engine
 from .heuristics import (
     CustomHeuristic,
     Heuristic,
@@ -25,6 +26,7 @@ __all__ = [
     "MetadataTable",
     "SlotState",
     "Backend",
+    "Engine",
     # heuristics
     "Heuristic",
     "NbhdMode",
