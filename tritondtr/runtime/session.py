@@ -84,6 +84,7 @@ class Session:
         self._hooks: dict[int, tuple] = {}
         self.active = False
         self.closed = False
+        self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> Session:
@@ -178,6 +179,8 @@ class Session:
             locked.clear()
             out = self._outputs(info, args, kwargs, pargs, pkw, out, inputs, parents, wrote,
                                 rng, cost)
+            if self.observer is not None:
+                self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
         finally:
             for s in locked:
                 pool.unlock(s)
