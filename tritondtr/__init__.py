@@ -17,6 +17,7 @@ from .heuristics import (
 )
 from .policy import Backend
 from .runtime import BudgetError, Session, SessionStats, enable
+from .runtime.trace import Recording, trace
 from .table import MetadataTable, SlotState
 from .units import format_bytes, parse_bytes
 
@@ -39,6 +40,8 @@ __all__ = [
     "Session",
     "SessionStats",
     "BudgetError",
+    "trace",
+    "Recording",
     # units
     "parse_bytes",
     "format_bytes",
