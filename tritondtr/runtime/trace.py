@@ -96,7 +96,7 @@ class _Recorder:
         self.next_id = 0
         self.versions: dict[int, _Version] = {}  # id(Storage) -> its trace tensors
         self.cells: dict[int, _CellRec] = {}  # id(Cell) -> record
-        self.refs: dict[int, weakref.ref] = {}  # id(weakref) -> weakref to a wrapper
+        self.refs: dict[int, tuple] = {}  # id(weakref) -> (weakref to a wrapper, _CellRec)
         self.const_of: dict[tuple, int] = {}  # (device, data_ptr) -> constant tensor id
         self.keep: list = []  # untyped storages of the constants (NOTE rule 3)
         self.pending: list[_Version] = []  # versions whose last wrapper died
@@ -127,8 +127,8 @@ class _Recorder:
                 if view is None:
                     outs.append((w._cell.storage.nbytes, -1, w, None))
                     continue
-                k = _position(inputs, view)
-                if k >= 0 and inputs[k][5] <= WRITE:  # a view of a tracked input
+                k = _position(inputs, view, w._cell.storage)
+                if k >= 0:  # a view of a tracked input
                     outs.append((0, k, w, None))
         olds, seen = [], set()
         for e, cell in zip((e for e in inputs if e[5] == WRITE), wrote):
@@ -208,14 +208,15 @@ class _Recorder:
         if rec is None:
             rec = self.cells[key] = _CellRec(key, ver)
         rec.count += 1
-        ref = weakref.ref(w, lambda r, rec=rec: self._died(r, rec))
-        self.refs[id(ref)] = ref
+        ref = weakref.ref(w, self._died)
+        self.refs[id(ref)] = (ref, rec)
 
-    def _died(self, ref, rec: _CellRec) -> None:
+    def _died(self, ref) -> None:
         # May run inside any allocation: only bookkeeping on the recorder's own objects.
-        self.refs.pop(id(ref), None)
-        if self.closed:
+        entry = self.refs.pop(id(ref), None)
+        if entry is None or self.closed:
             return
+        rec = entry[1]
         rec.count -= 1
         if rec.count == 0:
             if self.cells.get(rec.key) is rec:
@@ -224,9 +225,10 @@ class _Recorder:
                 self.pending.append(rec.version)
 
     def _flush(self) -> None:
-        pending = self.pending
-        while pending:
-            self._release(pending.pop(0))
+        while self.pending:  # deaths during a release go to the next list
+            pending, self.pending = self.pending, []
+            for ver in pending:
+                self._release(ver)
 
     def _release(self, ver: _Version) -> None:
         for tid in ver.tids:
@@ -382,9 +384,14 @@ def _arg(args, kwargs, key, j):
     return v if j < 0 else v[j]
 
 
-def _position(inputs, key) -> int:
-    """Index in ``inputs`` of the whole-tensor argument ``key`` (a view's source), or -1."""
+def _position(inputs, key, storage) -> int:
+    """Index in ``inputs`` of a view's source: the tracked input reading ``storage``, the
+    argument ``key`` if several do; -1 if none does (the source was not tracked)."""
+    found = -1
     for k, e in enumerate(inputs):
-        if e[0] == key and e[1] < 0:
-            return k
-    return -1
+        if e[2] is storage and e[5] <= WRITE:
+            if e[0] == key:
+                return k
+            if found < 0:
+                found = k
+    return found
