@@ -13,6 +13,11 @@ from tritondtr.scoring import random_base, score_torch, select_torch
 F32 = np.float32
 
 
+def f32_of_int64(x: int) -> np.float32:
+    """float32 of x wrapped to int64 as int64 arithmetic does, rounded once (numpy's cast)."""
+    return np.array([(x + 2**63) % 2**64 - 2**63], dtype=np.int64).astype(F32)[0]
+
+
 def reference_score(h: Heuristic, cost, size, last, nbhd, now, slot, seed):
     """One slot's score, scalar by scalar, with numpy float32 arithmetic."""
     if h is Heuristic.LRU:
@@ -27,17 +32,17 @@ def reference_score(h: Heuristic, cost, size, last, nbhd, now, slot, seed):
         x = (x * 0x846CA68B) & 0xFFFFFFFF
         x ^= x >> 16
         return float(F32(x >> 8) * F32(2.0**-24))
-    s = F32(now - last)
+    s = f32_of_int64(now - last)
     if h is Heuristic.MSPS:
-        num, den = F32(cost) + F32(nbhd), F32(size)
+        num, den = F32(cost) + F32(nbhd), f32_of_int64(size)
     elif h is Heuristic.DTR_LOCAL:
-        num, den = F32(cost), F32(size) * s
+        num, den = F32(cost), f32_of_int64(size) * s
     else:
-        num, den = F32(cost) + F32(nbhd), F32(size) * s
+        num, den = F32(cost) + F32(nbhd), f32_of_int64(size) * s
     if not den > 0:
         return math.inf
     with np.errstate(all="ignore"):
-        v = float(num / den)
+        v = float(F32(num) / den)
     return math.inf if math.isnan(v) else v
 
 
@@ -54,12 +59,31 @@ def make_columns(n, seed):
     return cost, size, last, nbhd, state
 
 
-@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
-@pytest.mark.parametrize("n", [1, 127, 1000])
-def test_twin_matches_scalar_reference(h, n):
-    now, seed = 11, 3
-    cost, size, last, nbhd, state = make_columns(n, seed=n)
-    got = score_torch(h, cost, size, last, nbhd, state, now, seed)
+def extreme_columns(n, seed):
+    """make_columns plus negative and -inf costs, negative neighbourhoods, any int8 state,
+    sizes near 2**63 and clocks whose difference wraps in int64 (to exactly INT64_MIN too)."""
+    g = torch.Generator().manual_seed(seed)
+    cost, size, last, nbhd, _ = make_columns(n, seed)
+
+    def some(p):
+        return torch.rand(n, generator=g) < p
+
+    cost = torch.where(some(0.3), -cost, cost)
+    cost[some(0.02)] = -math.inf
+    nbhd = torch.where(some(0.2), -nbhd, nbhd)
+    size = torch.where(some(0.1), torch.randint(2**62, 2**63 - 1, (n,), generator=g), size)
+    i64 = torch.iinfo(torch.int64)
+    wrapping = torch.tensor([i64.min, i64.min + 11, i64.max, -5, 12, 11])  # now is 11
+    last = torch.where(some(0.1), wrapping[torch.randint(0, 6, (n,), generator=g)], last)
+    state = torch.randint(-128, 128, (n,), generator=g, dtype=torch.int8)
+    state[some(0.5)] = 1
+    return cost, size, last, nbhd, state
+
+
+def check_against_reference(h, cols, now, seed):
+    cost, size, last, nbhd, state = cols
+    n = cost.numel()
+    got = score_torch(h, *cols, now, seed)
     assert got.dtype == h.score_dtype
     for i in range(n):
         if state[i] != 1:
@@ -71,10 +95,89 @@ def test_twin_matches_scalar_reference(h, n):
     # selection: lexicographic (score, slot) order over candidates, first k
     cand = [i for i in range(n) if state[i] == 1]
     order = sorted(cand, key=lambda i: (got[i].item(), i))
-    for k in (1, 3, n + 5):
-        sel = select_torch(h, cost, size, last, nbhd, state, now, k, seed)
+    for k in (1, 3, 8, n + 5):
+        sel = select_torch(h, *cols, now, k, seed)
         assert sel.dtype == torch.int64
         assert sel.tolist() == order[:k]
+
+
+@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
+@pytest.mark.parametrize("n", [1, 127, 1000, 5000])
+def test_twin_matches_scalar_reference(h, n):
+    check_against_reference(h, make_columns(n, seed=n), now=11, seed=3)
+
+
+@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
+@pytest.mark.parametrize("n", [127, 5000])
+def test_twin_matches_scalar_reference_on_extreme_values(h, n):
+    check_against_reference(h, extreme_columns(n, seed=n), now=11, seed=3)
+
+
+def oracle(h, cols, now, k, seed=0):
+    """The first k candidates in (score, slot) order, by a Python sort of the twin's scores
+    (which test_twin_matches_scalar_reference checks slot by slot)."""
+    score = score_torch(h, *cols, now, seed).tolist()
+    cand = [i for i, s in enumerate(cols[4].tolist()) if s == 1]
+    return sorted(cand, key=lambda i: (score[i], i))[:k]
+
+
+def structured(n, case):
+    """Columns of n slots where every candidate scores 1 (dtr: cost 8, size 1, s 8; lru:
+    last_access 3), shaped by ``case`` to reach each branch of the selection."""
+    cost, nbhd = torch.full((n,), 8.0), torch.zeros(n)
+    size, last = torch.ones(n, dtype=torch.int64), torch.full((n,), 3, dtype=torch.int64)
+    state = torch.ones(n, dtype=torch.int8)
+    if case == "ties-after-non-candidates":
+        state[:3000] = 2
+    elif case == "best-in-the-padded-row":
+        cost[-1], last[-1] = 1.0, 2
+    elif case == "equal-minima-in-several-rows":
+        best = [5000, 100, 4097, 2047, 2048, 4096, 6000]
+        cost[best], last[best] = 1.0, 2
+    elif case == "every-candidate-inf":
+        state[:] = 0
+        state[4000::7] = 1
+        size[:] = 0
+        last[:] = 2**62  # non-candidates: lru key > every candidate's but still the worst
+    elif case == "fewer-finite-than-k":
+        size[:] = 0
+        state[::5] = 0
+        size[[6001, 5003]] = 1
+        last[[6001, 5003]] = torch.tensor([1, 2])
+    elif case == "nothing-evictable":
+        state[:] = 3
+    return cost, size, last, nbhd, state
+
+
+CASES = ["ties-after-non-candidates", "best-in-the-padded-row", "equal-minima-in-several-rows",
+         "every-candidate-inf", "fewer-finite-than-k", "nothing-evictable"]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("n", [6149, 50001], ids=lambda n: f"N{n}")
+@pytest.mark.parametrize("h", [Heuristic.DTR, Heuristic.LRU], ids=lambda h: h.value)
+def test_selection_of_large_tables(h, n, case):
+    cols = structured(n, case)
+    for k in (1, 2, 8, 40):
+        assert select_torch(h, *cols, 11, k).tolist() == oracle(h, cols, 11, k), k
+
+
+@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
+def test_selection_of_a_large_random_table(h):
+    cols = make_columns(50001, seed=5)
+    for k in (1, 8):
+        assert select_torch(h, *cols, 11, k, 3).tolist() == oracle(h, cols, 11, k, 3), k
+
+
+def test_work_buffers_are_not_shared_with_results():
+    a, b = make_columns(5000, seed=1), make_columns(5000, seed=2)
+    first = score_torch(Heuristic.DTR, *a, 11)
+    kept = first.clone()
+    score_torch(Heuristic.DTR, *b, 11)
+    select_torch(Heuristic.DTR, *b, 11, 8)
+    select_torch(Heuristic.DTR, *make_columns(300, seed=3), 11)  # another N: new buffers
+    assert torch.equal(first, kept)
+    assert select_torch(Heuristic.DTR, *a, 11, 8).tolist() == oracle(Heuristic.DTR, a, 11, 8)
 
 
 def test_nothing_evictable_gives_empty():
