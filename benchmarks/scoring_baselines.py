@@ -124,21 +124,36 @@ class PyColumns:
 
 
 def _py_key(h: Heuristic, p: PyColumns, now: int, seed: int) -> Callable[[int], float]:
+    """The heuristic as one Python function of a slot id: one call per candidate, its
+    arithmetic inline, as the DTR simulator's ``Heuristic.evaluate`` (which also reads
+    storage objects and their neighbourhoods, so it is slower than this)."""
     cost, size, last, nbhd = p.cost, p.size, p.last_access, p.nbhd_cost
     inf = math.inf
 
-    def ratio(num: float, den: float) -> float:
-        if not den > 0:
-            return inf
-        v = num / den
-        return inf if v != v else v
-
     if h in (Heuristic.DTR, Heuristic.DTR_EQ):
-        return lambda i: ratio(cost[i] + nbhd[i], size[i] * (now - last[i]))
+        def dtr(i: int) -> float:
+            den = size[i] * (now - last[i])
+            if not den > 0:
+                return inf
+            v = (cost[i] + nbhd[i]) / den
+            return inf if v != v else v
+        return dtr
     if h is Heuristic.DTR_LOCAL:
-        return lambda i: ratio(cost[i], size[i] * (now - last[i]))
+        def dtr_local(i: int) -> float:
+            den = size[i] * (now - last[i])
+            if not den > 0:
+                return inf
+            v = cost[i] / den
+            return inf if v != v else v
+        return dtr_local
     if h is Heuristic.MSPS:
-        return lambda i: ratio(cost[i] + nbhd[i], size[i])
+        def msps(i: int) -> float:
+            den = size[i]
+            if not den > 0:
+                return inf
+            v = (cost[i] + nbhd[i]) / den
+            return inf if v != v else v
+        return msps
     if h is Heuristic.LRU:
         return lambda i: last[i]
     if h is Heuristic.SIZE:
