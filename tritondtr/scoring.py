@@ -35,7 +35,7 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # 2-core AMD EPYC KVM, torch 2.13.0+cpu: where 42 us, a comparison 35-50 us, argmin 55 us;
 # mul_ 6 us, amin 5 us), and fresh buffers of this size cost page faults on every call
 # (~450 faults, ~700 us per decision before the workspace of rule 5).
-# 1. Validity without masks: min(den, state * (2 - state)) is > 0 exactly where the slot is a
+# 1. Validity without masks: min(den, 1 - (state - 1)^2) is > 0 exactly where the slot is a
 #    candidate with den > 0 (den is a product of two integers rounded to float32: 0, or at
 #    least 1 in magnitude, and never overflowing). clamp_min(0), then x / x, make it 1 there
 #    and NaN elsewhere; score * that is the score or NaN, and one nan_to_num turns every NaN,
@@ -96,12 +96,13 @@ class _Workspace(threading.local):
         self.n = -1
 
     def get(self, n: int) -> tuple[torch.Tensor, ...]:
-        """(score, den, wide, ok, tmp) for N = ``n``."""
+        """(score, one, den, wide, ok, tmp) for N = ``n``."""
         if n != self.n:
             self.n = -1  # a failed allocation leaves no half-made set behind
             score = torch.full((n + _padding(n, torch.device("cpu")),), _INF)
             wide = torch.empty(n, dtype=torch.int64)
-            self.bufs = (score, torch.empty(n), wide, *wide.view(torch.float32).view(2, n))
+            ok_tmp = wide.view(torch.float32).view(2, n)
+            self.bufs = (score, torch.ones(()), torch.empty(n), wide, *ok_tmp)
             self.n = n
         return self.bufs
 
@@ -110,17 +111,17 @@ _WORKSPACE = _Workspace()
 
 
 def _ratio_into(h: Heuristic, cost, size, last_access, nbhd_cost, state, now: int,
-                out: torch.Tensor, den: torch.Tensor, wide: torch.Tensor, ok: torch.Tensor,
-                tmp: torch.Tensor) -> None:
+                out: torch.Tensor, one: torch.Tensor, den: torch.Tensor, wide: torch.Tensor,
+                ok: torch.Tensor, tmp: torch.Tensor) -> None:
     """Rules 2-4 into ``out`` [N] float32, non-candidates +inf (NOTE [ Lean twin ] 1).
-    Work space: ``den``, ``ok``, ``tmp`` [N] float32 and ``wide`` [N] int64 whose bytes may
-    be those of ``ok`` and ``tmp``."""
+    ``one`` is a 0-d float32 1; work space: ``den``, ``ok``, ``tmp`` [N] float32 and
+    ``wide`` [N] int64 whose bytes may be those of ``ok`` and ``tmp``."""
     den.copy_(size)
     if h is not Heuristic.MSPS:
         torch.sub(last_access, now, out=wide).neg_()  # now - last_access, as int64 wraps
         den.mul_(out.copy_(wide))  # out holds s for now
-    ok.copy_(state)
-    torch.sub(ok, 2, out=tmp).mul_(ok).neg_()  # state * (2 - state): 1 for candidates, else <= 0
+    ok.copy_(state).sub_(1)
+    torch.addcmul(one, ok, ok, value=-1, out=tmp)  # 1 - (state - 1)^2: 1 for candidates, else <= 0
     torch.minimum(den, tmp, out=tmp).clamp_min_(0)
     tmp.div_(tmp)  # 1 for a candidate with den > 0, NaN otherwise
     if h is Heuristic.DTR_LOCAL:
@@ -143,7 +144,8 @@ def _scores(heuristic: Heuristic | CustomHeuristic, cost, size, last_access, nbh
         else:
             out = torch.empty(n, device=device)
             wide = torch.empty(n, dtype=torch.int64, device=device)
-            work = [torch.empty(n, device=device), wide, *wide.view(torch.float32).view(2, n)]
+            work = [torch.ones((), device=device), torch.empty(n, device=device), wide,
+                    *wide.view(torch.float32).view(2, n)]
         _ratio_into(h, cost, size, last_access, nbhd_cost, state, now, out[:n], *work)
         return out
     if isinstance(h, CustomHeuristic):
