@@ -290,5 +290,68 @@ def test_never_evict_pins_outputs():
 def test_unsupported_op_is_refused_clearly():
     with rt.enable(stress=True):
         y = torch.randn(3, 4) * 1
-        with pytest.raises(rt.UnsupportedOpError, match=r"aten\.t_"):
-            y.t_()
+        with pytest.raises(rt.UnsupportedOpError, match=r"aten\.resize_.*storage"):
+            y.resize_(20)
+        assert torch.equal(rt.unwrap(y * 1), rt.unwrap(y))  # the session stays usable
+
+
+def test_op_refused_only_when_differentiated():
+    """NOTE [ Op semantics ] rule 7: prod's backward differs for subclasses."""
+    x = leaf(3, 4)
+    with rt.enable(stress=True):
+        with pytest.raises(rt.UnsupportedOpError, match=r"aten\.prod.*Differentiate it"):
+            (x * 1).prod()
+        with torch.no_grad():
+            p = (x * 1).prod(1)
+    assert torch.equal(rt.unwrap(p), x.detach().prod(1))
+
+
+def test_inplace_view_ops_follow_the_wrapper():
+    """NOTE [ Op semantics ] rule 6: t_, squeeze_, unsqueeze_, transpose_, swapdims_,
+    as_strided_ (also beyond the view's own extent) change the wrapper only."""
+    x = leaf(3, 1, 4)
+
+    def fn():
+        y = x * 2
+        y.squeeze_(1)
+        y.t_()
+        y.unsqueeze_(0)
+        z = y.exp()
+        y.transpose_(0, 2).swapdims_(1, 2)
+        w = (x * 3)[0, 0]
+        w.as_strided_((2, 5), (5, 1), 1)  # reaches past w's 4 elements
+        return (z * 1).sum() + (y * y).sum() + w.sin().sum()
+
+    s = compare(fn, x)
+    assert s.stats.rematerializations > 0
+
+
+def test_conj_and_neg_views_keep_their_bits():
+    """Conjugate / negative views (math bits) survive eviction and replay."""
+    torch.manual_seed(0)
+    z = torch.randn(5, dtype=torch.complex128, requires_grad=True)
+
+    def fn():
+        c = (z * 1).conj()
+        n = torch._neg_view(c * 1)
+        f = torch.fft.ihfft(z.real * 1)  # a fresh output with the conj bit set
+        return (c * c).real.sum() + (n.exp() * c).abs().sum() + f.abs().sum()
+
+    compare(fn, z)
+    with rt.enable(stress=True):
+        c = (z * 1).conj()
+        assert c.is_conj() and rt.unwrap(c).is_conj()
+
+
+def test_replay_runs_under_the_first_grad_mode():
+    """NOTE [ Replay context ]: a kernel reading the grad mode replays as it first ran."""
+    lib = torch.library.Library("tritondtr_test", "FRAGMENT")
+    lib.define("grad_scale(Tensor x) -> Tensor")
+    lib.impl("grad_scale", lambda x: x * (2.0 if torch.is_grad_enabled() else 3.0), "CPU")
+    op = torch.ops.tritondtr_test.grad_scale.default
+    x = leaf(4)
+    with rt.enable(stress=True):
+        y = op(x.detach() * 1)  # evicted now; recomputed under the no-grad print below
+        with torch.no_grad():
+            got = rt.unwrap(y * 1)
+    assert torch.equal(got, x.detach() * 2.0)

@@ -40,8 +40,8 @@ class StaleInputError(RuntimeError):
 class UnsupportedOpError(NotImplementedError):
     """An op the runtime cannot run on tracked tensors; the message names it and why."""
 
-    def __init__(self, op: str, why: str) -> None:
-        super().__init__(
-            f"tritondtr: {op} is not supported on tracked tensors: {why}. Call it outside the "
-            "context, or on tritondtr.runtime.unwrap(t) (a plain tensor)."
-        )
+    def __init__(self, op: str, why: str, fix: str | None = None) -> None:
+        self.op = op
+        fix = fix or ("Call it outside the context, or on tritondtr.runtime.unwrap(t) (a plain "
+                      "tensor).")
+        super().__init__(f"tritondtr: {op} is not supported on tracked tensors: {why}. {fix}")

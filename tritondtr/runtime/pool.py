@@ -51,6 +51,7 @@ from .recipe import READ, SNAPSHOT, WRITE, Storage, clone_buffer, derive
 __all__ = ["Pool"]
 
 _profiling = torch.autograd._profiler_enabled
+_below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] rule 1
 _in_backward = torch._C._current_graph_task_id
 
 
@@ -299,7 +300,12 @@ class Pool:
         t0 = time.perf_counter()
         bufs = run_recipe(rec, (s.out,))
         self.stats.recompute_s += time.perf_counter() - t0
-        s.buf = bufs[0]
+        buf = bufs[0]
+        if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
+            raise AssertionError(
+                f"bug of tritondtr: recomputing {rec.info.name} gave a buffer of "
+                f"{buf.untyped_storage().nbytes()} bytes, the first execution {s.nbytes}")
+        s.buf = buf
         self.engine.remat(s.slot, self.now)
         self.stats.rematerializations += 1
         if s.pinned:
@@ -335,16 +341,15 @@ def run_recipe(rec, want) -> list[torch.Tensor]:
             where[pos] = v
         else:
             where[pos][j] = v
-    if rec.rng is not None:  # NOTE [ RNG replay ] rule 2
-        gen, state = rec.rng
-        saved = gen.get_state()
-        gen.set_state(state)
-        try:
-            out = rec.info.func(*args, **kwargs)
-        finally:
-            gen.set_state(saved)
-    else:
-        out = rec.info.func(*args, **kwargs)
+    grad = torch.is_grad_enabled()
+    if grad != rec.grad:  # NOTE [ Replay context ] rule 1
+        torch._C._set_grad_enabled(rec.grad)
+    try:
+        with _below_autograd():  # plain tensors: no graph, no view tracking
+            out = _run(rec, args, kwargs)
+    finally:
+        if grad != rec.grad:
+            torch._C._set_grad_enabled(grad)
     single = len(rec.info.rets) == 1
     res = []
     for i in want:
@@ -355,3 +360,15 @@ def run_recipe(rec, want) -> list[torch.Tensor]:
             o = out if single else out[r]
             res.append(o if j < 0 else o[j])
     return res
+
+
+def _run(rec, args, kwargs):
+    if rec.rng is None:
+        return rec.info.func(*args, **kwargs)
+    gen, state = rec.rng  # NOTE [ RNG replay ] rule 2
+    saved = gen.get_state()
+    gen.set_state(state)
+    try:
+        return rec.info.func(*args, **kwargs)
+    finally:
+        gen.set_state(saved)

@@ -24,6 +24,14 @@ recipes keep referring to the old version they read.
 #    in ``finally``, so replays are invisible to the user's random stream.
 # 3. The generator is the op's ``generator=`` argument, else the default generator of the
 #    op's device (its first tensor argument's device, else its ``device=`` argument, else CPU).
+
+# NOTE [ Replay context ]
+# 1. Some kernels read the grad mode: ``_sparse_mm_reduce_impl`` computes its ``arg_out``
+#    output only when grad mode is on, and its backward reads that output without checking
+#    its size (a replay under the backward's no-grad mode gave an empty tensor and a
+#    segfault). A replay therefore runs under the grad mode of the first execution.
+# 2. A replay whose output has another byte size than the first execution is a bug, not a
+#    value: ``Pool._recompute`` raises instead of handing out a wrong-sized buffer.
 """
 
 from __future__ import annotations
@@ -108,10 +116,11 @@ class Recipe:
     ``PLAIN`` a plain tensor read (``version`` checked before a replay).
     ``rng``: (generator, state) or None. ``outs``: per produced storage, ``(r, j)`` for return
     ``r`` (element ``j`` of a list return, else -1) or ``(-1, k)`` for the copy written through
-    ``inputs[k]``.
+    ``inputs[k]``. ``grad``: the grad mode of the first execution, restored for replays
+    (NOTE [ Replay context ]).
     """
 
-    __slots__ = ("args", "info", "inputs", "kwargs", "outs", "rng")
+    __slots__ = ("args", "grad", "info", "inputs", "kwargs", "outs", "rng")
 
     def __init__(self, info, args, kwargs, inputs, rng) -> None:
         self.info = info
@@ -119,12 +128,15 @@ class Recipe:
         self.kwargs = kwargs
         self.inputs = inputs
         self.rng = rng
+        self.grad = torch.is_grad_enabled()
         self.outs: list[tuple[int, int]] = []
 
 
 def geometry(t: torch.Tensor) -> tuple:
-    """The view of ``t`` on its storage: (size, stride, storage_offset, dtype)."""
-    return (t.size(), t.stride(), t.storage_offset(), t.dtype)
+    """The view of ``t`` on its storage: (size, stride, storage_offset, dtype, conj, neg);
+    ``conj`` / ``neg`` are its math bits (``is_conj()``, ``is_neg()``), which a view such as
+    ``aten._conj`` changes without touching memory."""
+    return (t.size(), t.stride(), t.storage_offset(), t.dtype, t.is_conj(), t.is_neg())
 
 
 def derive(buf: torch.Tensor, view: tuple | None) -> torch.Tensor:
@@ -132,18 +144,30 @@ def derive(buf: torch.Tensor, view: tuple | None) -> torch.Tensor:
     ``buf``'s storage."""
     if view is None:
         return buf
-    size, stride, offset, dtype = view
+    size, stride, offset, dtype, conj, neg = view
     if dtype == buf.dtype:
-        return buf.as_strided(size, stride, offset)
-    out = torch.empty((0,), dtype=dtype, device=buf.device)
-    return out.set_(buf.untyped_storage(), offset, size, stride)
+        out = buf.as_strided(size, stride, offset)
+    else:
+        out = torch.empty((0,), dtype=dtype, device=buf.device)
+        out.set_(buf.untyped_storage(), offset, size, stride)
+    return _with_bits(out, conj, neg)
+
+
+def _with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
+    """``t`` with the math bits ``conj`` / ``neg`` (views that toggle them if needed)."""
+    if t.is_conj() != conj:
+        t = t.conj()
+    if t.is_neg() != neg:
+        t = torch._neg_view(t)
+    return t
 
 
 def clone_buffer(buf: torch.Tensor) -> torch.Tensor:
-    """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry."""
+    """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry and math bits."""
     st = buf.untyped_storage().clone()
     out = torch.empty((0,), dtype=buf.dtype, device=buf.device)
-    return out.set_(st, buf.storage_offset(), buf.size(), buf.stride())
+    out.set_(st, buf.storage_offset(), buf.size(), buf.stride())
+    return _with_bits(out, buf.is_conj(), buf.is_neg())
 
 
 def generator_of(device: torch.device | None, gen) -> torch.Generator:

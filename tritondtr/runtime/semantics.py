@@ -20,14 +20,21 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    first execution and replayed (NOTE [ RNG replay ] in recipe.py).
 # 5. Outputs of ``nondeterministic_bitwise`` ops on CUDA are never evicted: a replay could give
 #    other bits, and gradients must equal the unlimited run exactly.
-# 6. Ops that change a tensor's own metadata (tag ``inplace_view``: ``t_``, ``resize_``,
-#    ``set_``, ...) cannot keep a wrapper consistent and are refused with a clear error when an
-#    argument is a tracked tensor.
+# 6. In-place view ops (tag ``inplace_view``: ``t_``, ``transpose_``, ``squeeze_``,
+#    ``unsqueeze_``, ``as_strided_``, ``swapdims_``, ``detach_``) change only the wrapper's own
+#    size, strides and offset: the new geometry is computed on a meta stand-in, written into
+#    the wrapper (``tensor.restride``) and into its ``_view``; the buffer, its storage version
+#    and every recipe are untouched (recipes keep the view tuple they read). Ops of that tag
+#    that change the storage itself (``set_``, ``resize_``, ``resize_as_``) are refused with
+#    a clear error when an argument is a tracked tensor.
+# 7. Some autograd formulas branch on ``isTensorSubclassLike`` (a composite-compliant path for
+#    tensor subclasses, PyTorch's own LoggingTensor included) and give gradients that differ
+#    from eager in the last bits. No wrapper subclass can avoid that, so such ops are refused
+#    when they would be differentiated (``unsupported_grad``); without grad they run.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,11 +56,17 @@ class Semantics:
         hidden_mutation: argument positions the op writes although the schema does not say so.
         never_evict: outputs are pinned (never evicted).
         unsupported: a reason; the op raises :class:`UnsupportedOpError` on tracked tensors.
+        unsupported_grad: a reason; the op raises :class:`UnsupportedOpError` when grad mode
+            is on and an argument at a position of ``grad_args`` requires grad
+            (NOTE [ Op semantics ] rule 7).
+        grad_args: see ``unsupported_grad``.
     """
 
     hidden_mutation: tuple[int, ...] = ()
     never_evict: bool = False
     unsupported: str | None = None
+    unsupported_grad: str | None = None
+    grad_args: tuple[int, ...] = (0,)
 
 
 _TABLE: dict[str, Semantics] = {}
@@ -91,6 +104,41 @@ def _batch_norm_running_stats():
     although the schema does not mark them as written; a replay must not update them twice."""
 
 
+@register(aten.set_.default, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+          aten.set_.source_Tensor, aten.set_.source_Tensor_storage_offset,
+          aten.resize_.default, aten.resize_as_.default,
+          unsupported="it replaces or resizes the tensor's storage, which the runtime owns")
+def _storage_changing_views():
+    """NOTE [ Op semantics ] rule 6: a wrapper's buffer cannot be swapped or grown from
+    below autograd."""
+
+
+_SUBCLASS_FORMULA = ("its backward formula takes another path for tensor subclasses "
+                     "(isTensorSubclassLike), so its gradient would differ from eager in the "
+                     "last bits")
+
+
+@register(aten.prod.default, aten.prod.dim_int, aten.linalg_eig.default,
+          unsupported_grad=_SUBCLASS_FORMULA)
+def _prod_eig_subclass_formula():
+    """prod_backward and linalg_eig_backward (PyTorch's FunctionsManual.cpp) check
+    isTensorSubclassLike on the input (NOTE [ Op semantics ] rule 7)."""
+
+
+@register(aten.masked_fill.Tensor, aten.masked_fill_.Tensor, grad_args=(2,),
+          unsupported_grad=_SUBCLASS_FORMULA + " for the fill value")
+def _masked_fill_subclass_formula():
+    """masked_fill_backward (the gradient of the fill value) sums with ``where`` for
+    subclasses and with ``masked_select`` otherwise (NOTE [ Op semantics ] rule 7)."""
+
+
+@register(aten.linalg_lstsq.default, never_evict=True)
+def _lstsq_alignment():
+    """LAPACK's gelsy (the CPU default driver) gives other last bits depending on the
+    alignment of its buffers (89 of 200 eager runs on the same inputs differed on a 2-core
+    Xeon, torch 2.13): a replay must not replace the first result."""
+
+
 @dataclass(frozen=True, eq=False)
 class OpInfo:
     """Everything the dispatch path needs about one op overload, computed once.
@@ -109,11 +157,16 @@ class OpInfo:
     random: bool
     nondet_bitwise: bool
     fresh: bool  # some tensor return is neither a view nor a written argument
+    inplace_view: bool  # NOTE [ Op semantics ] rule 6: changes the tensor's own geometry
     semantics: Semantics = field(default_factory=Semantics)
 
     @property
     def unsupported(self) -> str | None:
         return self.semantics.unsupported
+
+    @property
+    def unsupported_grad(self) -> str | None:
+        return self.semantics.unsupported_grad
 
 
 _CACHE: dict[object, OpInfo] = {}
@@ -173,9 +226,6 @@ def _analyze(func) -> OpInfo:
                 view = target if target is not None else first_alias
         rets.append((kind, view, wrote))
     tags = func.tags
-    if sem.unsupported is None and torch.Tag.inplace_view in tags:  # NOTE [ Op semantics ] 6
-        sem = dataclasses.replace(sem, unsupported="it changes the tensor's own shape, strides "
-                                  "or storage (an in-place view op)")
     return OpInfo(
         func=func,
         name=str(func),
@@ -185,5 +235,6 @@ def _analyze(func) -> OpInfo:
         random=torch.Tag.nondeterministic_seeded in tags,
         fresh=any(k != OTHER and v is None and w is None for k, v, w in rets),
         nondet_bitwise=torch.Tag.nondeterministic_bitwise in tags,
+        inplace_view=torch.Tag.inplace_view in tags and sem.unsupported is None,
         semantics=sem,
     )

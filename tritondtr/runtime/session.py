@@ -43,10 +43,21 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from . import boundary
 from .errors import UnsupportedOpError
 from .pool import Pool
-from .recipe import PLAIN, READ, SNAPSHOT, WRITE, Cell, Recipe, Storage, capture_rng, derive
+from .recipe import (
+    PLAIN,
+    READ,
+    SNAPSHOT,
+    WRITE,
+    Cell,
+    Recipe,
+    Storage,
+    capture_rng,
+    derive,
+    geometry,
+)
 from .semantics import _CACHE, ONE, OTHER, op_info
 from .stats import SessionStats
-from .tensor import DTRTensor
+from .tensor import DTRTensor, restride
 
 __all__ = ["Session"]
 
@@ -112,6 +123,8 @@ class Session:
         pool = self.pool
         if pool.depth == 0 and (pool.dead or pool.released):
             pool.drain()
+        if info.inplace_view and type(args[0]) is DTRTensor:
+            return restride(func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
             return boundary.call_plain(info, args, kwargs)
         if (info.written and pool.now != pool.frozen_at
@@ -121,6 +134,11 @@ class Session:
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
             raise UnsupportedOpError(info.name, info.unsupported)
+        if info.unsupported_grad is not None and torch.is_grad_enabled() and any(
+                i < len(args) and getattr(args[i], "requires_grad", False)
+                for i in info.semantics.grad_args):  # NOTE [ Op semantics ] rule 7
+            raise UnsupportedOpError(info.name, info.unsupported_grad,
+                                     "Differentiate it outside the context.")
         out = self._call(info, args, kwargs)
         if self.config.debug and pool.depth == 0:
             pool.drain()
@@ -323,10 +341,11 @@ class Session:
 def _view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
     """A wrapper for output ``o``, a view of the argument ``src`` (plain value ``psrc``)."""
     if (o.dtype == psrc.dtype and o.storage_offset() == psrc.storage_offset()
-            and o.size() == psrc.size() and o.stride() == psrc.stride()):
+            and o.size() == psrc.size() and o.stride() == psrc.stride()
+            and o.is_conj() == psrc.is_conj() and o.is_neg() == psrc.is_neg()):
         view = src._view
     else:
-        view = (o.size(), o.stride(), o.storage_offset(), o.dtype)
+        view = geometry(o)
     return DTRTensor(src._cell, o, view)
 
 

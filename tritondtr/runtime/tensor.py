@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["DTRTensor", "is_tracked", "unwrap"]
+__all__ = ["DTRTensor", "is_tracked", "restride", "unwrap"]
 
 
 class DTRTensor(torch.Tensor):
@@ -13,7 +13,8 @@ class DTRTensor(torch.Tensor):
 
     It has the shape, strides, dtype and device of the tensor it stands for, but no storage
     of its own: ``_cell`` leads to the current storage version, ``_view`` (None, or
-    (size, stride, storage_offset, dtype)) says where it lies in that storage. Every op on it
+    (size, stride, storage_offset, dtype, conj, neg), see :func:`.recipe.geometry`) says where
+    it lies in that storage and with which math bits. Every op on it
     goes through the runtime, also after the context exits (NOTE [ Escaping tensors ] in
     session.py). ``.item()``, ``.tolist()``, ``.numpy()``, printing and ``data_ptr()`` work.
     """
@@ -22,10 +23,15 @@ class DTRTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, cell, plain: torch.Tensor, view):
+        # storage_size: the whole buffer, so in-place view ops may move anywhere in it.
         r = torch.Tensor._make_wrapper_subclass(
             cls, plain.size(), strides=plain.stride(), storage_offset=plain.storage_offset(),
-            dtype=plain.dtype, device=plain.device, layout=plain.layout, requires_grad=False,
+            dtype=plain.dtype, device=plain.device, storage_size=cell.storage.nbytes,
         )
+        if plain.is_conj():  # the math bits live on the wrapper too (conj views, FFTs)
+            torch._C._set_conj(r, True)
+        if plain.is_neg():
+            torch._C._set_neg(r, True)
         r._cell = cell
         r._view = view
         return r
@@ -67,6 +73,22 @@ class DTRTensor(torch.Tensor):
 
     def untyped_storage(self):
         return self._cell.pool.session.value(self, escape=True).untyped_storage()
+
+
+def restride(func, args, kwargs) -> DTRTensor:
+    """Apply the in-place view op ``func`` (``t_``, ``squeeze_``, ``as_strided_``, ...) to the
+    wrapper ``args[0]``: NOTE [ Op semantics ] rule 6 in semantics.py. Returns ``args[0]``."""
+    t = args[0]
+    # The new geometry, from a stand-in on the meta device with the buffer's extent.
+    n = t._cell.storage.nbytes // t.element_size()
+    stand = torch.empty((n,), dtype=t.dtype, device="meta").as_strided(
+        t.size(), t.stride(), t.storage_offset())
+    func(stand, *args[1:], **kwargs)
+    size, stride, offset = stand.size(), stand.stride(), stand.storage_offset()
+    with torch._C._DisableTorchDispatch():  # the wrapper's own (data-less) metadata
+        torch.ops.aten.as_strided_.default(t, size, stride, offset)
+    t._view = (size, stride, offset, t.dtype, t.is_conj(), t.is_neg())
+    return t
 
 
 def is_tracked(t) -> bool:
