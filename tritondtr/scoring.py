@@ -32,14 +32,15 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # The twin is also the CPU path, so it makes few passes over the columns and allocates
 # nothing per decision, with the exact results of NOTE [ Scoring rules ]. On CPU, boolean
 # masks, ``where`` and ``argmin`` each cost several float multiplies (N = 1e5, one thread,
-# 2-core AMD EPYC KVM, torch 2.13.0+cpu: where 42 us, a comparison 35-50 us, argmin 55 us;
+# 2-core AMD EPYC VM, torch 2.13.0+cpu: where 42 us, a comparison 35-50 us, argmin 55 us;
 # mul_ 6 us, amin 5 us), and fresh buffers of this size cost page faults on every call
 # (~450 faults, ~700 us per decision before the workspace of rule 5).
 # 1. Validity without masks: min(den, 1 - (state - 1)^2) is > 0 exactly where the slot is a
 #    candidate with den > 0 (den is a product of two integers rounded to float32: 0, or at
 #    least 1 in magnitude, and never overflowing). clamp_min(0), then x / x, make it 1 there
-#    and NaN elsewhere; score * that is the score or NaN, and one nan_to_num turns every NaN,
-#    of the division or of the mask, into +inf (rule 4). -inf scores stay -inf.
+#    and NaN elsewhere; the numerator cost + nbhd_cost * that (or cost * that) is unchanged or
+#    NaN, and one nan_to_num after the division turns every NaN, of the division or of the
+#    mask, into +inf (rule 4). -inf scores stay -inf.
 # 2. The first minimum (rule 7) in two levels on CPU: the minima of rows of _ROW slots
 #    (vectorised ``amin``), ``argmin`` of those minima, then ``argmin`` of that one row.
 #    ``argmin`` returns the first minimum, so the lowest slot wins ties at both levels. The
@@ -59,6 +60,7 @@ RESIDENT_EVICTABLE = 1
 _M32 = 0xFFFFFFFF
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INF = float("inf")
+_F32 = torch.float32
 _ROW = 2048  # slots per row of the two-level minimum (NOTE [ Lean twin ] 2)
 _RATIO = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
 
@@ -99,10 +101,11 @@ class _Workspace(threading.local):
         """(score, one, den, wide, ok, tmp) for N = ``n``."""
         if n != self.n:
             self.n = -1  # a failed allocation leaves no half-made set behind
-            score = torch.full((n + _padding(n, torch.device("cpu")),), _INF)
+            score = torch.full((n + _padding(n, torch.device("cpu")),), _INF, dtype=_F32)
             wide = torch.empty(n, dtype=torch.int64)
-            ok_tmp = wide.view(torch.float32).view(2, n)
-            self.bufs = (score, torch.ones(()), torch.empty(n), wide, *ok_tmp)
+            ok_tmp = wide.view(_F32).view(2, n)
+            self.bufs = (score, torch.ones((), dtype=_F32), torch.empty(n, dtype=_F32), wide,
+                         *ok_tmp)
             self.n = n
         return self.bufs
 
@@ -140,12 +143,12 @@ def _scores(heuristic: Heuristic | CustomHeuristic, cost, size, last_access, nbh
         if device.type == "cpu":
             out, *work = _WORKSPACE.get(n)
             if not scratch:
-                out = torch.empty(n)
+                out = torch.empty(n, dtype=_F32)
         else:
-            out = torch.empty(n, device=device)
+            out = torch.empty(n, dtype=_F32, device=device)
             wide = torch.empty(n, dtype=torch.int64, device=device)
-            work = [torch.ones((), device=device), torch.empty(n, device=device), wide,
-                    *wide.view(torch.float32).view(2, n)]
+            work = [torch.ones((), dtype=_F32, device=device),
+                    torch.empty(n, dtype=_F32, device=device), wide, *wide.view(_F32).view(2, n)]
         _ratio_into(h, cost, size, last_access, nbhd_cost, state, now, out[:n], *work)
         return out
     if isinstance(h, CustomHeuristic):
