@@ -355,3 +355,25 @@ def test_replay_runs_under_the_first_grad_mode():
         with torch.no_grad():
             got = rt.unwrap(y * 1)
     assert torch.equal(got, x.detach() * 2.0)
+
+
+def test_engine_deferred_until_the_budget_binds():
+    """NOTE [ Lazy engine ]: no engine while the budget does not bind; once it binds, the
+    pool syncs mid-step and values and gradients still equal eager."""
+    x = leaf(32, 32)
+
+    def fn():
+        a = x.tanh() * 1
+        b = [a]
+        for _ in range(12):
+            b.append(b[-1].sin() * 1.5)
+        del a
+        v = b[3].t()  # a view and dead storages enter the engine at the sync
+        return sum(t.sum() for t in b[::3]) + v.exp().sum()
+
+    s = compare(fn, x, budget=1 << 30, debug=True)
+    assert s.pool.engine is None and s.stats.evictions == 0
+    peak = s.stats.peak_bytes
+    s = compare(fn, x, budget=peak // 2, debug=True)
+    assert s.pool.engine is not None and s.stats.evictions > 0
+    assert s.stats.rematerializations > 0

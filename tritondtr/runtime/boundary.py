@@ -64,11 +64,10 @@ def writes_leaf(session, info, args, kwargs) -> bool:
 def freeze(session) -> None:
     """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds."""
     pool = session.pool
-    if pool.engine is None:
+    if pool.device is None:
         return
     pool.drain()
-    held = [s for ref in pool.slots if ref is not None and (s := ref()) is not None
-            and s.held and s.slot >= 0]
+    held = [s for s in pool.live() if s.held]
     with _disable_current_modes():
         for s in held:
             if s.slot < 0:
@@ -109,20 +108,22 @@ def call_plain(info, args, kwargs):
 def check_invariants(session) -> None:
     """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
     pool = session.pool
-    if pool.engine is None:
+    if pool.device is None:
         return
-    pool.engine.check_invariants()
     total = 0
-    for ref in pool.slots:
-        s = ref() if ref is not None else None
-        if s is None:
-            continue
-        res = pool.engine.is_resident(s.slot)
-        assert res == (s.buf is not None), f"slot {s.slot}: buffer vs engine residency"
-        if res:
-            total += s.nbytes
-            if pool.depth == 0:
-                assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked between ops"
+    if pool.lazy:  # NOTE [ Lazy engine ]: no engine yet; held storages are all resident
+        for s in pool.live():
+            assert s.buf is not None or not s.held, f"lazy id {s.slot}: held, not resident"
+            total += s.nbytes if s.buf is not None else 0
+    else:
+        pool.engine.check_invariants()
+        for s in pool.live():
+            res = pool.engine.is_resident(s.slot)
+            assert res == (s.buf is not None), f"slot {s.slot}: buffer vs engine residency"
+            if res:
+                total += s.nbytes
+                if pool.depth == 0:
+                    assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked"
     pending = sum(n for _, n in pool.released)
     assert total + pending == pool.resident, (
         f"resident bytes {pool.resident} != live resident storages {total} + {pending}")

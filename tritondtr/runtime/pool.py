@@ -35,6 +35,24 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    so each visit has fewer inputs to recompute and the loop ends.
 # 3. On any exception every lock taken by any frame is released: the pool is as before,
 #    except for storages already recomputed, which are valid resident storages.
+
+# NOTE [ Lazy engine ]
+# 1. Nothing is evicted while the resident bytes stay within the budget, so until then the
+#    engine's bookkeeping (a table row and neighbourhood update per storage, locks, access
+#    times, releases) is pure overhead. The pool starts *lazy*: a new storage gets a lazy id
+#    (>= ``LAZY``) and keeps its cost and its creation / last-use clocks on itself; inputs
+#    are not locked (nothing can be evicted under an op); freeing a buffer only adjusts the
+#    byte count. With ``budget=None`` (and no stress) the engine is never built.
+# 2. The first op that starts with resident > budget (``Session._call``, before it reads its
+#    inputs, so no lock is pending), an out-of-memory retry, or ``evict_all`` *syncs* the
+#    pool: the engine is built and every live storage enters it in creation order (parents
+#    first; edges from its recipe's inputs), with its clocks, pin and backward flag; a
+#    storage whose buffer was freed enters as evicted. From then on the engine is updated op
+#    by op until the session ends. ``stress`` starts synced.
+# 3. So eviction decisions see the same storages, costs, sizes, clocks and edges as if the
+#    engine had been updated all along: ``make_room`` only evicts when resident > budget,
+#    which a lazy pool never reaches without syncing first. Only slot numbers (ties between
+#    equal scores) and the order in which freed storages entered the neighbourhoods differ.
 """
 
 from __future__ import annotations
@@ -46,7 +64,7 @@ import torch
 
 from ..engine import Engine
 from .errors import BudgetError, StaleInputError
-from .recipe import READ, SNAPSHOT, WRITE, Storage, clone_buffer, derive
+from .recipe import LAZY, READ, SNAPSHOT, WRITE, Storage, clone_buffer, derive
 
 __all__ = ["Pool"]
 
@@ -68,6 +86,10 @@ class Pool:
         self.evicting = config.evicting
         self.engine: Engine | None = None
         self.device: torch.device | None = None
+        self.lazy = not config.stress  # NOTE [ Lazy engine ]
+        self.lazy_refs: dict[int, weakref.ref] = {}  # lazy id -> storage, creation order
+        self.next_lazy = LAZY
+        self.pin_backward = config.pin_backward and config.evicting
         self.resident = 0
         self.now = 0
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
@@ -81,13 +103,24 @@ class Pool:
     # ------------------------------------------------------------------ tracking
     def start(self, device: torch.device) -> None:
         self.device = device
-        self.engine = Engine(self.config.heuristic, device=device, backend=self.config.backend)
+        if not self.lazy:
+            self.engine = Engine(self.config.heuristic, device=device,
+                                 backend=self.config.backend)
 
     def track(self, buf: torch.Tensor, recipe, out: int, parents, cost: float,
               pinned: bool) -> Storage:
         """A new resident storage computed by ``recipe`` from the ``parents`` slots."""
         nbytes = buf.untyped_storage().nbytes()
-        backward = self.config.pin_backward and self.evicting and _in_backward() >= 0
+        backward = self.pin_backward and _in_backward() >= 0
+        if self.lazy:  # NOTE [ Lazy engine ] rule 1
+            slot = self.next_lazy
+            self.next_lazy = slot + 1
+            s = Storage(buf, nbytes, slot, recipe, out, self)
+            s.pinned, s.cost, s.backward = pinned, cost, backward
+            s.born = s.seen = self.now
+            self.lazy_refs[slot] = weakref.ref(s)
+            self._grow(nbytes)
+            return s
         slot = self.engine.new(cost, nbytes, self.now, parents, evictable=not (pinned or backward))
         s = Storage(buf, nbytes, slot, recipe, out, self)
         s.pinned = pinned
@@ -117,7 +150,46 @@ class Pool:
         self.engine.unlock(s.slot)
 
     def access(self, s: Storage) -> None:
-        self.engine.access(s.slot, self.now)
+        if self.lazy:
+            s.seen = self.now
+        else:
+            self.engine.access(s.slot, self.now)
+
+    def live(self) -> list[Storage]:
+        """Every live tracked storage, in creation order while lazy."""
+        refs = self.lazy_refs.values() if self.lazy else self.slots
+        return [s for ref in refs if ref is not None and (s := ref()) is not None
+                and s.slot >= 0]
+
+    def sync(self) -> None:
+        """NOTE [ Lazy engine ] rule 2: build the engine and enter every live storage."""
+        if not self.lazy:
+            return
+        live = self.live()
+        self.lazy, self.lazy_refs = False, {}
+        if self.device is None:
+            return
+        self.start(self.device)
+        eng, slots = self.engine, self.slots
+        entered: dict[int, int] = {}  # id(storage) -> engine slot (all of ``live`` stay alive)
+        for s in live:
+            rec = s.recipe
+            parents = [] if rec is None else [
+                entered[id(e[2])] for e in rec.inputs if e[5] <= WRITE and id(e[2]) in entered]
+            resident = s.buf is not None
+            pinned = resident and s.pinned
+            backward = resident and s.backward and not pinned
+            slot = eng.new(s.cost, s.nbytes, s.born, parents, evictable=not (pinned or backward))
+            if s.seen != s.born:
+                eng.access(slot, s.seen)
+            if not resident:
+                eng.evict(slot)
+            entered[id(s)] = s.slot = slot
+            if slot >= len(slots):
+                slots.extend([None] * (slot + 1 - len(slots)))
+            slots[slot] = ref = weakref.ref(s)
+            if backward:
+                self.backward.append(ref)
 
     def storage(self, slot: int) -> Storage:
         s = self.slots[slot]() if slot < len(self.slots) and self.slots[slot] else None
@@ -140,11 +212,19 @@ class Pool:
                 slot, nbytes = released.pop()
                 if nbytes:
                     self.resident -= nbytes
-                eng.release(slot)
+                if slot >= LAZY:
+                    self.lazy_refs.pop(slot, None)
+                else:
+                    eng.release(slot)
             self.stats.resident_bytes = self.resident
 
     def _drop(self, s: Storage) -> None:
         """Free a resident tracked storage's buffer; it stays in the graph, evicted."""
+        if s.slot >= LAZY:
+            s.buf, s.pinned = None, False
+            self.resident -= s.nbytes
+            self.stats.resident_bytes = self.resident
+            return
         if s.pinned or not self.engine.is_candidate(s.slot):
             if self.engine.lock_count(s.slot):
                 raise AssertionError(f"bug of tritondtr: dropping locked slot {s.slot}")
@@ -164,17 +244,21 @@ class Pool:
     def externalize(self, s: Storage) -> None:
         """Turn resident, unlocked ``s`` into an external storage for good: it keeps its
         buffer and value, leaves the engine and the byte count (NOTE [ Parameter writes ])."""
-        if self.engine.lock_count(s.slot):
-            raise AssertionError(f"bug of tritondtr: externalizing locked slot {s.slot}")
         self.resident -= s.nbytes
         self.stats.resident_bytes = self.resident
-        self.engine.release(s.slot)
-        self.slots[s.slot] = None
+        if s.slot >= LAZY:
+            self.lazy_refs.pop(s.slot, None)
+        else:
+            if self.engine.lock_count(s.slot):
+                raise AssertionError(f"bug of tritondtr: externalizing locked slot {s.slot}")
+            self.engine.release(s.slot)
+            self.slots[s.slot] = None
         s.slot, s.recipe, s.pinned = -1, None, False
 
     # ------------------------------------------------------------------ eviction
     def evict_one(self) -> bool:
         """Evict the engine's next victim; False if nothing is evictable."""
+        self.sync()
         prof = _profiling()
         t0 = time.perf_counter()
         if prof:
@@ -215,6 +299,9 @@ class Pool:
         budget = self.budget
         if budget is None or self.resident <= budget:
             return
+        if self.lazy:
+            raise AssertionError("bug of tritondtr: over budget while the engine is deferred "
+                                 "(NOTE [ Lazy engine ] rule 2)")
         while self.resident > budget:
             if not self.evict_one():
                 self.stats.budget_errors += 1
@@ -222,6 +309,7 @@ class Pool:
 
     def evict_all(self) -> None:
         """Stress: evict every candidate (NOTE [ Budget accounting ] rule 4)."""
+        self.sync()
         eng = self.engine
         while eng is not None:
             v = eng.choose(self.now)
@@ -250,6 +338,7 @@ class Pool:
     def materialize(self, target: Storage) -> torch.Tensor:
         """Make ``target`` resident (NOTE [ Iterative rematerialization ]); returns its
         buffer, with ``target`` locked once (the caller unlocks it)."""
+        self.sync()  # a lazy pool frees only dead buffers, never one a caller asks for
         prof = _range("tritondtr::rematerialize") if _profiling() else None
         if prof is not None:
             prof.__enter__()

@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Cell", "Recipe", "Storage", "derive", "geometry"]
+__all__ = ["LAZY", "Cell", "Recipe", "Storage", "derive", "geometry"]
 
 # Modes of a recipe input.
 READ, WRITE, SNAPSHOT, PLAIN = 0, 1, 2, 3
+
+LAZY = 1 << 40  # lazy ids (storages not yet in the engine) start here: engine slots are below
 
 
 class Storage:
@@ -52,18 +54,24 @@ class Storage:
     with plain tensors the user holds: never evicted, not counted; recipes that read it record
     ``buf._version``). ``recipe`` / ``out``: how to recompute it (``out`` indexes
     ``recipe.outs``). ``pinned``: never evicted while resident. ``held``: a cell (so a
-    wrapper the program holds) points at it.
+    wrapper the program holds) points at it. While the pool defers the engine (NOTE [ Lazy
+    engine ] in pool.py), ``slot`` is a lazy id >= ``LAZY``, and ``cost`` (ns), ``born`` /
+    ``seen`` (clock of creation / of the last use) and ``backward`` wait here for the engine.
     """
 
     __slots__ = (
         "__weakref__",
+        "backward",
+        "born",
         "buf",
+        "cost",
         "held",
         "nbytes",
         "out",
         "pinned",
         "pool",
         "recipe",
+        "seen",
         "slot",
     )
 

@@ -147,6 +147,10 @@ class OpInfo:
     ``written``: positions (or names) of arguments the op writes, schema or hidden.
     ``rets``: per return, (kind, view_of, written_arg) where view_of / written_arg is the
     argument position (or name) it aliases, else None.
+    ``flat``: the positions of the tensor arguments when every one is a single positional
+    tensor (the common case the dispatch path walks directly), else None. ``fresh1``: the op
+    returns exactly one fresh tensor and writes nothing. ``special``: one of the rare cases
+    (in-place view, a written argument, refused) applies: checked before tracking.
     """
 
     func: torch._ops.OpOverload
@@ -158,15 +162,13 @@ class OpInfo:
     nondet_bitwise: bool
     fresh: bool  # some tensor return is neither a view nor a written argument
     inplace_view: bool  # NOTE [ Op semantics ] rule 6: changes the tensor's own geometry
+    flat: tuple[int, ...] | None
+    fresh1: bool
+    special: bool
+    never_evict: bool
+    unsupported: str | None
+    unsupported_grad: str | None
     semantics: Semantics = field(default_factory=Semantics)
-
-    @property
-    def unsupported(self) -> str | None:
-        return self.semantics.unsupported
-
-    @property
-    def unsupported_grad(self) -> str | None:
-        return self.semantics.unsupported_grad
 
 
 _CACHE: dict[object, OpInfo] = {}
@@ -226,6 +228,9 @@ def _analyze(func) -> OpInfo:
                 view = target if target is not None else first_alias
         rets.append((kind, view, wrote))
     tags = func.tags
+    inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
+    flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) \
+        else None
     return OpInfo(
         func=func,
         name=str(func),
@@ -235,6 +240,12 @@ def _analyze(func) -> OpInfo:
         random=torch.Tag.nondeterministic_seeded in tags,
         fresh=any(k != OTHER and v is None and w is None for k, v, w in rets),
         nondet_bitwise=torch.Tag.nondeterministic_bitwise in tags,
-        inplace_view=torch.Tag.inplace_view in tags and sem.unsupported is None,
+        inplace_view=inplace_view,
+        flat=flat,
+        fresh1=not written and tuple(rets) == ((ONE, None, None),),
+        special=bool(inplace_view or written or sem.unsupported or sem.unsupported_grad),
+        never_evict=sem.never_evict,
+        unsupported=sem.unsupported,
+        unsupported_grad=sem.unsupported_grad,
         semantics=sem,
     )

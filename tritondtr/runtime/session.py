@@ -63,6 +63,9 @@ __all__ = ["Session"]
 
 _OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 _now_ns = time.perf_counter_ns
+_grad_enabled = torch.is_grad_enabled
+_STRIDED = torch.strided
+_TRACK = object()  # ``Session._special``: no rare case applied, track the op
 
 
 class _Mode(TorchDispatchMode):
@@ -95,6 +98,7 @@ class Session:
         self._hooks: dict[int, tuple] = {}
         self.active = False
         self.closed = False
+        self.debug, self.stress = config.debug, config.stress
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
 
     # ------------------------------------------------------------------ context
@@ -123,56 +127,70 @@ class Session:
         pool = self.pool
         if pool.depth == 0 and (pool.dead or pool.released):
             pool.drain()
+        if info.special or self.closed:
+            out = self._special(info, args, kwargs)
+            if out is not _TRACK:
+                return out
+        if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
+            return func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+        out = self._call(info, args, kwargs)
+        if self.debug and pool.depth == 0:
+            pool.drain()
+            self.check_invariants()
+        return out
+
+    def _special(self, info, args, kwargs):
+        """The rare cases, decided before an op is tracked: the op's result, or ``_TRACK``."""
         if info.inplace_view and type(args[0]) is DTRTensor:
-            return restride(func, args, kwargs)  # NOTE [ Op semantics ] rule 6
+            return restride(info.func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
             return boundary.call_plain(info, args, kwargs)
+        pool = self.pool
         if (info.written and pool.now != pool.frozen_at
                 and boundary.writes_leaf(self, info, args, kwargs)):
             self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
-        if not torch.is_grad_enabled() and not _any_wrapper(info, args, kwargs):
-            return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
             raise UnsupportedOpError(info.name, info.unsupported)
-        if info.unsupported_grad is not None and torch.is_grad_enabled() and any(
+        if info.unsupported_grad is not None and _grad_enabled() and any(
                 i < len(args) and getattr(args[i], "requires_grad", False)
                 for i in info.semantics.grad_args):  # NOTE [ Op semantics ] rule 7
             raise UnsupportedOpError(info.name, info.unsupported_grad,
                                      "Differentiate it outside the context.")
-        out = self._call(info, args, kwargs)
-        if self.config.debug and pool.depth == 0:
-            pool.drain()
-            self.check_invariants()
-        return out
+        return _TRACK
 
     def _call(self, info, args, kwargs):
         pool, func = self.pool, info.func
         locked: list[Storage] = []
         pool.depth += 1
+        if pool.lazy and pool.budget is not None and pool.resident > pool.budget:
+            pool.sync()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
-            pargs, pkw = list(args), dict(kwargs)
             inputs, parents, wrote = [], [], []
             written = info.written
-            for i, kind, name in info.args:
-                if name is None:
-                    if i >= len(args):
-                        continue
+            pargs = list(args)
+            if info.flat is not None:  # single positional tensors: walk them directly
+                pkw = kwargs
+                n, lazy, now = len(args), pool.lazy, pool.now
+                for i in info.flat:
+                    if i >= n:
+                        break
                     v = args[i]
-                else:
-                    v = kwargs.get(name)
-                if v is None:
-                    continue
-                key = i if name is None else name
-                w = key in written if written else False
-                if kind == ONE:
-                    pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
-                else:
-                    pv = [self._in(t, key, j, w, inputs, locked, parents, wrote)
-                          for j, t in enumerate(v)]
-                if name is None:
-                    pargs[i] = pv
-                else:
-                    pkw[name] = pv
+                    if type(v) is DTRTensor and lazy and not written:  # _in's hot case
+                        cell = v._cell
+                        s = cell.storage
+                        buf = s.buf
+                        if cell.pool is pool and s.slot >= 0 and buf is not None:
+                            s.seen = now  # NOTE [ Lazy engine ] rule 1
+                            view = v._view
+                            inputs.append((i, -1, s, view, None, READ))
+                            pargs[i] = buf if view is None else derive(buf, view)
+                            continue
+                    if v is not None:
+                        pargs[i] = self._in(v, i, -1, i in written, inputs, locked, parents,
+                                            wrote)
+            else:
+                pkw = dict(kwargs)
+                self._walk(info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote)
             if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
                 for k, e in enumerate(inputs):
                     if e[5] == PLAIN and e[0] in written:
@@ -189,14 +207,34 @@ class Session:
                     out = func(*pargs, **pkw)
                     break
                 except _OOM:
-                    if not pool.evicting or not pool.evict_one():
+                    if not pool.evicting:
+                        raise
+                    if pool.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
+                        pool.sync()
+                        for e in inputs:
+                            if e[5] <= WRITE and e[2].buf is not None:
+                                pool.lock(e[2])
+                                locked.append(e[2])
+                    if not pool.evict_one():
                         raise
             cost = float(_now_ns() - t0)
             for s in locked:
                 pool.unlock(s)
             locked.clear()
-            out = self._outputs(info, args, kwargs, pargs, pkw, out, inputs, parents, wrote,
-                                rng, cost)
+            if info.fresh1:  # one fresh output: _outputs' common case
+                if out is not None and out.layout is _STRIDED and (
+                        out.device == pool.device if pool.device is not None
+                        else out.device.type != "meta"):
+                    rec = Recipe(info, pargs, pkw, inputs, rng)
+                    out = self._fresh(out, rec, 0, -1, parents, cost)
+                    for e in inputs:  # the recipe keeps storages, not tensors
+                        if type(e[0]) is int and e[1] < 0:
+                            pargs[e[0]] = None
+                        else:
+                            _forget(pargs, pkw, e)
+            else:
+                out = self._outputs(info, args, kwargs, pargs, pkw, out, inputs, parents,
+                                    wrote, rng, cost)
             if self.observer is not None:
                 self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
         finally:
@@ -206,9 +244,33 @@ class Session:
         st = self.stats
         st.ops += 1
         st.op_counts[info.name] += 1
-        if self.config.stress:
+        if self.stress:
             pool.evict_all()
         return out
+
+    def _walk(self, info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote) -> None:
+        """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
+        written = info.written
+        for i, kind, name in info.args:
+            if name is None:
+                if i >= len(args):
+                    continue
+                v = args[i]
+            else:
+                v = kwargs.get(name)
+            if v is None:
+                continue
+            key = i if name is None else name
+            w = key in written if written else False
+            if kind == ONE:
+                pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
+            else:
+                pv = [self._in(t, key, j, w, inputs, locked, parents, wrote)
+                      for j, t in enumerate(v)]
+            if name is None:
+                pargs[i] = pv
+            else:
+                pkw[name] = pv
 
     def _in(self, v, key, j, w, inputs, locked, parents, wrote):
         """The plain value of tensor argument ``v``; records it in ``inputs``."""
@@ -218,14 +280,17 @@ class Session:
             s = cell.storage
             if cell.pool is pool and s.slot >= 0:
                 buf = s.buf
-                if buf is None:
-                    buf = pool.materialize(s)
-                    locked.append(s)
-                elif pool.evicting:
-                    pool.lock(s)
-                    locked.append(s)
-                pool.access(s)
-                parents.append(s.slot)
+                if pool.lazy:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
+                    s.seen = pool.now
+                else:
+                    if buf is None:
+                        buf = pool.materialize(s)
+                        locked.append(s)
+                    elif pool.evicting:
+                        pool.lock(s)
+                        locked.append(s)
+                    pool.access(s)
+                    parents.append(s.slot)
                 view = v._view
                 inputs.append((key, j, s, view, None, WRITE if w else READ))
                 if w:
@@ -282,30 +347,27 @@ class Session:
                 pool.hand_out(old)
                 cell.storage = pool.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
         if rec is not None:  # the recipe keeps storages, not tensors
-            for pos, j, *_ in inputs:
-                where = pargs if type(pos) is int else pkw
-                if j < 0:
-                    where[pos] = None
-                else:
-                    where[pos][j] = None
+            for e in inputs:
+                _forget(pargs, pkw, e)
         if not rets:
             return out
         return res[0] if single else tuple(res)
 
     def _fresh(self, o, rec, r, j, parents, cost) -> DTRTensor:
-        pool, cfg, info = self.pool, self.config, rec.info
-        if pool.engine is None:
+        pool, info, never = self.pool, rec.info, self.config.never_evict
+        if pool.device is None:
             pool.start(o.device)
-        rec.outs.append((r, j))
-        pinned = info.semantics.never_evict or (info.nondet_bitwise and o.is_cuda) or (
-            cfg.never_evict is not None and bool(cfg.never_evict(info.name, o)))
-        s = pool.track(o, rec, len(rec.outs) - 1, parents, cost, pinned)
+        outs = rec.outs
+        outs.append((r, j))
+        pinned = info.never_evict or (info.nondet_bitwise and o.is_cuda) or (
+            never is not None and bool(never(info.name, o)))
+        s = pool.track(o, rec, len(outs) - 1, parents, cost, pinned)
         return DTRTensor(Cell(s, pool), o, None)
 
     def evict_all(self) -> int:
         """Evict every evictable storage now (tests, measurements); returns how many."""
         pool = self.pool
-        if pool.engine is None:
+        if pool.device is None:
             return 0
         before = self.stats.evictions
         with _disable_current_modes():
@@ -347,6 +409,16 @@ def _view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
     else:
         view = geometry(o)
     return DTRTensor(src._cell, o, view)
+
+
+def _forget(pargs, pkw, e) -> None:
+    """Drop the tensor of recipe input ``e`` from the recipe's call (it keeps the storage)."""
+    pos, j = e[0], e[1]
+    where = pargs if type(pos) is int else pkw
+    if j < 0:
+        where[pos] = None
+    else:
+        where[pos][j] = None
 
 
 def _trackable(o, pool) -> bool:
