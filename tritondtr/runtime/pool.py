@@ -115,15 +115,21 @@ class Pool:
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             slot = self.next_lazy
             self.next_lazy = slot + 1
-            s = Storage(buf, nbytes, slot, recipe, out, self)
-            s.pinned, s.cost, s.backward = pinned, cost, backward
+            s = Storage(buf, nbytes, slot, recipe, out, self, pinned)
+            s.cost, s.backward = cost, backward
             s.born = s.seen = self.now
             self.lazy_refs[slot] = weakref.ref(s)
-            self._grow(nbytes)
+            r = self.resident = self.resident + nbytes  # _grow, inlined on the hot path
+            st = self.stats
+            b = self.op_bytes = self.op_bytes + nbytes
+            if b > st.max_op_out_bytes:
+                st.max_op_out_bytes = b
+            st.resident_bytes = r
+            if r > st.peak_bytes:
+                st.peak_bytes = r
             return s
         slot = self.engine.new(cost, nbytes, self.now, parents, evictable=not (pinned or backward))
-        s = Storage(buf, nbytes, slot, recipe, out, self)
-        s.pinned = pinned
+        s = Storage(buf, nbytes, slot, recipe, out, self, pinned)
         slots = self.slots
         if slot >= len(slots):
             slots.extend([None] * (slot + 1 - len(slots)))
@@ -205,8 +211,12 @@ class Pool:
             while dead:
                 s = dead.pop()
                 s.held = False
-                if s.slot >= 0 and s.buf is not None:
-                    self._drop(s)
+                if s.buf is not None and s.slot >= 0:
+                    if s.slot >= LAZY:  # _drop's lazy case, inlined on the hot path
+                        s.buf, s.pinned = None, False
+                        self.resident -= s.nbytes
+                    else:
+                        self._drop(s)
                     self.stats.freed += 1
             while released:
                 slot, nbytes = released.pop()

@@ -75,14 +75,15 @@ class Storage:
         "slot",
     )
 
-    def __init__(self, buf, nbytes: int, slot: int, recipe, out: int, pool) -> None:
+    def __init__(self, buf, nbytes: int, slot: int, recipe, out: int, pool,
+                 pinned: bool = False) -> None:
         self.buf = buf
         self.nbytes = nbytes
         self.slot = slot
         self.recipe = recipe
         self.out = out
         self.pool = pool
-        self.pinned = False
+        self.pinned = pinned
         self.held = True
 
     @property

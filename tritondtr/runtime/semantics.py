@@ -149,8 +149,11 @@ class OpInfo:
     argument position (or name) it aliases, else None.
     ``flat``: the positions of the tensor arguments when every one is a single positional
     tensor (the common case the dispatch path walks directly), else None. ``fresh1``: the op
-    returns exactly one fresh tensor and writes nothing. ``special``: one of the rare cases
-    (in-place view, a written argument, refused) applies: checked before tracking.
+    returns exactly one fresh tensor and writes nothing. ``view1``: the op returns exactly
+    one tensor, a view of the positional argument ``view1`` (else None). ``inplace1``: the
+    op writes its first argument only and returns it (``add_``, ``relu_``). ``special``: one
+    of the rare cases (in-place view, a written argument, refused) applies: checked before
+    tracking.
     """
 
     func: torch._ops.OpOverload
@@ -164,6 +167,8 @@ class OpInfo:
     inplace_view: bool  # NOTE [ Op semantics ] rule 6: changes the tensor's own geometry
     flat: tuple[int, ...] | None
     fresh1: bool
+    view1: int | None
+    inplace1: bool
     special: bool
     never_evict: bool
     unsupported: str | None
@@ -243,6 +248,9 @@ def _analyze(func) -> OpInfo:
         inplace_view=inplace_view,
         flat=flat,
         fresh1=not written and tuple(rets) == ((ONE, None, None),),
+        view1=rets[0][1] if (not written and len(rets) == 1 and rets[0][0] == ONE
+                             and type(rets[0][1]) is int) else None,
+        inplace1=tuple(written) == (0,) and tuple(rets) == ((ONE, None, 0),),
         special=bool(inplace_view or written or sem.unsupported or sem.unsupported_grad),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,

@@ -175,7 +175,7 @@ class Session:
                     if i >= n:
                         break
                     v = args[i]
-                    if type(v) is DTRTensor and lazy and not written:  # _in's hot case
+                    if type(v) is DTRTensor and lazy and i not in written:  # _in's hot case
                         cell = v._cell
                         s = cell.storage
                         buf = s.buf
@@ -196,7 +196,7 @@ class Session:
                     if e[5] == PLAIN and e[0] in written:
                         inputs[k] = (e[0], e[1], e[2].clone(), None, None, SNAPSHOT)
             pool.now += 1
-            if pool.budget is not None:
+            if pool.budget is not None and pool.resident > pool.budget:
                 pool.make_room(info.name)
             pool.op_bytes = 0
             rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random \
@@ -232,6 +232,21 @@ class Session:
                             pargs[e[0]] = None
                         else:
                             _forget(pargs, pkw, e)
+            elif info.inplace1 and len(wrote) == 1 and inputs[0][0] == 0:  # another: add_
+                cell = wrote[0]
+                old = cell.storage  # NOTE [ In-place versions ] rule 1
+                rec = Recipe(info, pargs, pkw, inputs, rng)
+                rec.outs.append((-1, 0))
+                buf, pinned = old.buf, old.pinned
+                pool.hand_out(old)
+                cell.storage = pool.track(buf, rec, 0, parents, cost, pinned)
+                out = args[0]
+                for e in inputs:
+                    _forget(pargs, pkw, e)
+            elif info.view1 is not None:  # one view: _outputs' other common case
+                src = args[info.view1]
+                if type(src) is DTRTensor and src._cell.pool is pool:
+                    out = _view_of(out, src, pargs[info.view1])
             else:
                 out = self._outputs(info, args, kwargs, pargs, pkw, out, inputs, parents,
                                     wrote, rng, cost)
