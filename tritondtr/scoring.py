@@ -49,8 +49,9 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 #    a non-candidate, the minimum is +inf and every candidate ties at +inf: the victim is the
 #    first candidate, or none. One host read of the winner's state decides.
 # 4. k > 1 on CPU: the k best slots lie in the k rows with the best (row minimum, row) keys
-#    (a slot outside them comes after those k rows' minima). Those rows are gathered and the
-#    k best taken exactly. If the k-th is +inf it may tie with non-candidates outside those
+#    (a slot outside them comes after those k rows' minima). Those rows are gathered, cut in
+#    sub-rows of _SUB slots, the k best sub-rows chosen the same way and their k * _SUB
+#    scores sorted stably. If the k-th is +inf it may tie with non-candidates outside those
 #    rows: then the candidates are listed and ranked directly, as on CUDA.
 # 5. The CPU buffers (the padded scores, den, and an int64 column whose bytes later hold two
 #    float32 columns: 16 bytes per slot) are kept per thread for the last N scored. Nothing
@@ -62,6 +63,8 @@ _INT64_MAX = torch.iinfo(torch.int64).max
 _INF = float("inf")
 _F32 = torch.float32
 _ROW = 2048  # slots per row of the two-level minimum (NOTE [ Lean twin ] 2)
+_SUB = 64  # slots per sub-row when k > 1 (NOTE [ Lean twin ] 4)
+_MAX_K_ROWS = 32  # k up to this takes the row path on CPU: k * _SUB values are sorted
 _RATIO = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
 
 
@@ -210,6 +213,17 @@ def _rows(score: torch.Tensor) -> torch.Tensor | None:
     return score.view(-1, _ROW)
 
 
+def _best_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k rows of ``rows`` [R, C] (no NaN) with the smallest (row minimum,
+    row) keys, ascending."""
+    mins = rows.amin(1)
+    if mins.numel() <= _ROW:  # a stable sort of a short vector is cheap on CPU
+        best = torch.sort(mins, stable=True).indices[:k]
+    else:
+        best = _k_smallest(mins, k)
+    return best.sort().values
+
+
 def _first_min(score: torch.Tensor) -> torch.Tensor:
     """Position of the first minimum of ``score`` [M] (no NaN), a 0-d int64 tensor."""
     rows = _rows(score)
@@ -241,11 +255,15 @@ def select_torch(
             return i.reshape(1)
         return (state == RESIDENT_EVICTABLE).nonzero()[:1].reshape(-1)
     rows = _rows(score)
-    if rows is not None and 2 * k * _ROW <= score.numel():
-        best = _k_smallest(rows.amin(1), k).sort().values  # NOTE [ Lean twin ] 4
-        pos = _k_smallest(rows[best].reshape(-1), k)
-        ids = best[pos // _ROW] * _ROW + pos % _ROW
+    if rows is not None and k <= _MAX_K_ROWS and 2 * k * _ROW <= score.numel():
+        best = _best_rows(rows, k)  # NOTE [ Lean twin ] 4
+        sub = rows[best].view(-1, _SUB)  # [k * _ROW / _SUB, _SUB], ascending slots
+        best_sub = _best_rows(sub, k)
+        pos = torch.sort(sub[best_sub].reshape(-1), stable=True).indices[:k]
+        rows_, subs, per = best.tolist(), best_sub.tolist(), _ROW // _SUB  # k ints: on the host
+        ids = [rows_[subs[q // _SUB] // per] * _ROW + subs[q // _SUB] % per * _SUB + q % _SUB
+               for q in pos.tolist()]
         if score[ids[-1]] < _worst(score.dtype):  # the k-th is finite: all k are candidates
-            return ids
+            return torch.tensor(ids, dtype=torch.int64)
     cand = (state == RESIDENT_EVICTABLE).nonzero().squeeze(1)
     return cand[_k_smallest(score[cand], k)]
