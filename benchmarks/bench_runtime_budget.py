@@ -10,7 +10,10 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 # NOTE [ Runtime step benchmark ]
 # 1. One sample is one step inside its own ``with enable(...)`` (the session's setup is part
 #    of the step, as in user code). Wall clock, CUDA synchronised (harness NOTE [ Benchmark
-#    timing ]). Parameters move between steps (SGD, lr 1e-3): timing only, no equality here
+#    timing ]). Settings are timed in rounds, one sample of each setting per round (each
+#    after one untimed step), so that load from other processes on a shared machine falls
+#    on all settings alike instead of on whichever setting ran during it.
+#    Parameters move between steps (SGD, lr 1e-3): timing only, no equality here
 #    (tests/test_runtime_zoo.py checks gradients).
 # 2. Rows per model and setting: ``step_time`` (ms), ``slowdown`` (x eager, from medians),
 #    ``peak`` (bytes, tritondtr's accounting), ``evictions`` and ``rematerializations``
@@ -41,7 +44,16 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
+from harness import (  # noqa: E402
+    Env,
+    Row,
+    Stats,
+    Timing,
+    describe_device,
+    measure,
+    write_csv,
+    write_json,
+)
 
 from tritondtr.runtime import BudgetError, enable  # noqa: E402
 
@@ -105,6 +117,22 @@ def under(step: Callable[[], object], **kw) -> tuple[Callable[[], object], list]
     return run, sessions
 
 
+def in_rounds(fns: dict[str, Callable[[], object]], device: str, repeats: int,
+              max_time_s: float) -> dict[str, Timing]:
+    """Time every ``fns`` value in rounds, one sample each per round (NOTE [ Runtime step
+    benchmark ] rule 1); each sample is one call after one untimed call."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    spent = 0.0
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t = measure(fn, device=device, warmup=1, repeats=1, min_sample_s=0.0)
+            samples[k].append(t.samples[0])
+            spent += 2 * t.samples[0]
+        if spent > max_time_s * len(fns) and len(samples[k]) >= 3:
+            break
+    return {k: Timing(tuple(v), 1) for k, v in samples.items()}
+
+
 def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float) -> list[Row]:
     """Every setting of one model: NOTE [ Runtime step benchmark ]."""
     dev = describe_device(device)
@@ -121,16 +149,24 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
                            timing=timing, params=f"model={b.name};{params}".rstrip(";"),
                            note=note))
 
+    runs, failed = {}, {}
+    for provider, kw in settings:
+        runs[provider] = (b.step, []) if kw is None else under(b.step, **kw)
+        try:
+            runs[provider][0]()
+        except BudgetError as e:
+            failed[provider] = e
+    timings = in_rounds({p: r[0] for p, r in runs.items() if p not in failed}, device,
+                        repeats, max_time_s)
     for provider, kw in settings:
         params = "" if kw is None else f"budget={kw['budget']}"
-        fn, sessions = (b.step, []) if kw is None else under(b.step, **kw)
-        try:
-            t = measure(fn, device=device, warmup=1, repeats=repeats, min_sample_s=0.0,
-                        max_time_s=max_time_s)
-        except BudgetError as e:
+        sessions = runs[provider][1]
+        if provider in failed:
             nan = Stats(*[math.nan] * 5)
-            row("step_time", provider, nan, "ms", params=params, note=f"BudgetError: {e.op}")
+            row("step_time", provider, nan, "ms", params=params,
+                note=f"BudgetError: {failed[provider].op}")
             continue
+        t = timings[provider]
         ms = t.stats(1e3)
         if kw is None:
             eager_ms = ms.median

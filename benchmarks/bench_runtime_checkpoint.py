@@ -37,8 +37,8 @@ from torch.utils.checkpoint import checkpoint_sequential
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from bench_runtime_budget import under  # noqa: E402
-from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
+from bench_runtime_budget import in_rounds, under  # noqa: E402
+from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
 MODELS = ("mlp", "cnn", "gpt")
 
@@ -109,10 +109,8 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             break
         budget -= stats[-1].peak_bytes - ckpt_peak
     dtr_run, dtr_stats = under(plain, budget=budget)
-    kw = dict(device=args.device, warmup=1, repeats=args.repeats, min_sample_s=0.0,
-              max_time_s=args.max_time)
-    timings = {"eager": measure(plain, **kw), "checkpoint": measure(ckpt, **kw),
-               "tritondtr": measure(dtr_run, **kw)}
+    timings = in_rounds({"eager": plain, "checkpoint": ckpt, "tritondtr": dtr_run},
+                        args.device, args.repeats, args.max_time)  # timed in rounds
     peaks = {"eager": eager_peak, "checkpoint": ckpt_peak,
              "tritondtr": max(s.peak_bytes for s in dtr_stats)}
     params = f"model={name};scale={args.scale};budget={budget}"

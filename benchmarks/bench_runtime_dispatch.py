@@ -6,7 +6,8 @@ difference is the runtime's per-op work: dispatch mode, wrapper tensors, recipe,
 table row, byte accounting, freeing of the previous link.
 
 # NOTE [ Dispatch benchmark ]
-# 1. Cases: ``add`` (a fresh output per op), ``view`` (a view: no storage), ``inplace``
+# 1. Cases: ``add`` (a fresh output per op), ``view`` (a view of the previous view: a chain
+#    of ``K`` views, no storage), ``view-base`` (a view of the same base each time), ``inplace``
 #    (``add_`` on a tracked tensor: a new storage version), ``mm`` (16 x 16 matmul),
 #    ``add+grad`` (``add`` on a tensor that requires grad: autograd records every op).
 # 2. Settings: ``eager``; ``tracking`` (``budget=None``); ``not-binding`` (a budget of 1 GiB,
@@ -37,7 +38,7 @@ from harness import Env, Row, Stats, describe_device, measure, write_csv, write_
 
 from tritondtr.runtime import enable  # noqa: E402
 
-CASES = ("add", "view", "inplace", "mm", "add+grad")
+CASES = ("add", "view", "view-base", "inplace", "mm", "add+grad")
 SETTINGS = {"eager": None, "tracking": {"budget": None}, "not-binding": {"budget": 1 << 30}}
 
 
@@ -62,6 +63,12 @@ def chain(case: str, k: int, numel: int, device: str):
             y = y0
             for _ in range(k):
                 y = y.view(-1)
+    elif case == "view-base":
+        y0 = torch.add(x, w)
+
+        def run():
+            for _ in range(k):
+                y0.view(-1)
     elif case == "inplace":
         y0 = torch.add(x, w)
 
