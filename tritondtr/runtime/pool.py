@@ -63,13 +63,12 @@ import weakref
 import torch
 
 from ..engine import Engine
-from .errors import BudgetError, StaleInputError
-from .recipe import LAZY, READ, SNAPSHOT, WRITE, Storage, clone_buffer, derive
+from .errors import BudgetError
+from .recipe import LAZY, WRITE, Storage, run_recipe
 
 __all__ = ["Pool"]
 
 _profiling = torch.autograd._profiler_enabled
-_below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] rule 1
 _in_backward = torch._C._current_graph_task_id
 
 
@@ -410,64 +409,3 @@ class Pool:
         if s.pinned:
             self.engine.pin(s.slot)
         self._grow(s.nbytes)
-
-
-def run_recipe(rec, want) -> list[torch.Tensor]:
-    """Run ``rec`` again on its (resident) inputs; returns the buffers of ``rec.outs[i]`` for
-    ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed."""
-    args = [list(a) if type(a) is list else a for a in rec.args]
-    kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
-    copies: dict[int, torch.Tensor] = {}
-    for pos, j, src, view, version, mode in rec.inputs:
-        if mode == READ:
-            buf = src.buf
-            if version is not None and buf._version != version:
-                raise StaleInputError(rec.info.name, buf.shape, version, buf._version)
-            v = derive(buf, view)
-        elif mode == WRITE:
-            c = copies.get(id(src))
-            if c is None:
-                c = copies[id(src)] = clone_buffer(src.buf)
-            v = derive(c, view)
-        elif mode == SNAPSHOT:
-            v = src.clone()
-        else:  # PLAIN
-            if src._version != version:
-                raise StaleInputError(rec.info.name, src.shape, version, src._version)
-            v = src
-        where = args if type(pos) is int else kwargs
-        if j < 0:
-            where[pos] = v
-        else:
-            where[pos][j] = v
-    grad = torch.is_grad_enabled()
-    if grad != rec.grad:  # NOTE [ Replay context ] rule 1
-        torch._C._set_grad_enabled(rec.grad)
-    try:
-        with _below_autograd():  # plain tensors: no graph, no view tracking
-            out = _run(rec, args, kwargs)
-    finally:
-        if grad != rec.grad:
-            torch._C._set_grad_enabled(grad)
-    single = len(rec.info.rets) == 1
-    res = []
-    for i in want:
-        r, j = rec.outs[i]
-        if r < 0:
-            res.append(copies[id(rec.inputs[j][2])])
-        else:
-            o = out if single else out[r]
-            res.append(o if j < 0 else o[j])
-    return res
-
-
-def _run(rec, args, kwargs):
-    if rec.rng is None:
-        return rec.info.func(*args, **kwargs)
-    gen, state = rec.rng  # NOTE [ RNG replay ] rule 2
-    saved = gen.get_state()
-    gen.set_state(state)
-    try:
-        return rec.info.func(*args, **kwargs)
-    finally:
-        gen.set_state(saved)

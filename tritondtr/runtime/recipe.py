@@ -1,4 +1,5 @@
-"""Storages, alias cells and recipes: the runtime's objects below the wrapper tensors.
+"""Storages, alias cells and recipes: the runtime's objects below the wrapper tensors, and
+:func:`run_recipe`, which runs a recipe again.
 
 A :class:`Storage` is one *version* of the contents of one buffer. Its ``buf`` is the plain
 tensor that owns the memory while it is resident (``None`` while evicted); its ``recipe`` says
@@ -38,10 +39,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["LAZY", "Cell", "Recipe", "Storage", "derive", "geometry"]
+from .errors import StaleInputError
+
+__all__ = ["LAZY", "Cell", "Recipe", "Storage", "derive", "geometry", "run_recipe"]
 
 # Modes of a recipe input.
 READ, WRITE, SNAPSHOT, PLAIN = 0, 1, 2, 3
+
+_below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 
 LAZY = 1 << 40  # lazy ids (storages not yet in the engine) start here: engine slots are below
 
@@ -195,3 +200,64 @@ def generator_of(device: torch.device | None, gen) -> torch.Generator:
 def capture_rng(device: torch.device | None, gen) -> tuple:
     g = generator_of(device, gen)
     return (g, g.get_state())
+
+
+def run_recipe(rec, want) -> list[torch.Tensor]:
+    """Run ``rec`` again on its (resident) inputs; returns the buffers of ``rec.outs[i]`` for
+    ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed."""
+    args = [list(a) if type(a) is list else a for a in rec.args]
+    kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
+    copies: dict[int, torch.Tensor] = {}
+    for pos, j, src, view, version, mode in rec.inputs:
+        if mode == READ:
+            buf = src.buf
+            if version is not None and buf._version != version:
+                raise StaleInputError(rec.info.name, buf.shape, version, buf._version)
+            v = derive(buf, view)
+        elif mode == WRITE:
+            c = copies.get(id(src))
+            if c is None:
+                c = copies[id(src)] = clone_buffer(src.buf)
+            v = derive(c, view)
+        elif mode == SNAPSHOT:
+            v = src.clone()
+        else:  # PLAIN
+            if src._version != version:
+                raise StaleInputError(rec.info.name, src.shape, version, src._version)
+            v = src
+        where = args if type(pos) is int else kwargs
+        if j < 0:
+            where[pos] = v
+        else:
+            where[pos][j] = v
+    grad = torch.is_grad_enabled()
+    if grad != rec.grad:  # NOTE [ Replay context ] rule 1
+        torch._C._set_grad_enabled(rec.grad)
+    try:
+        with _below_autograd():  # plain tensors: no graph, no view tracking
+            out = _run(rec, args, kwargs)
+    finally:
+        if grad != rec.grad:
+            torch._C._set_grad_enabled(grad)
+    single = len(rec.info.rets) == 1
+    res = []
+    for i in want:
+        r, j = rec.outs[i]
+        if r < 0:
+            res.append(copies[id(rec.inputs[j][2])])
+        else:
+            o = out if single else out[r]
+            res.append(o if j < 0 else o[j])
+    return res
+
+
+def _run(rec, args, kwargs):
+    if rec.rng is None:
+        return rec.info.func(*args, **kwargs)
+    gen, state = rec.rng  # NOTE [ RNG replay ] rule 2
+    saved = gen.get_state()
+    gen.set_state(state)
+    try:
+        return rec.info.func(*args, **kwargs)
+    finally:
+        gen.set_state(saved)
