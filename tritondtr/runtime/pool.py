@@ -49,10 +49,12 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    first; edges from its recipe's inputs), with its clocks, pin and backward flag; a
 #    storage whose buffer was freed enters as evicted. From then on the engine is updated op
 #    by op until the session ends. ``stress`` starts synced.
-# 3. So eviction decisions see the same storages, costs, sizes, clocks and edges as if the
-#    engine had been updated all along: ``make_room`` only evicts when resident > budget,
-#    which a lazy pool never reaches without syncing first. Only slot numbers (ties between
-#    equal scores) and the order in which freed storages entered the neighbourhoods differ.
+# 3. So eviction decisions see the same live storages, costs, sizes, clocks and edges as if
+#    the engine had been updated all along: ``make_room`` only evicts when resident > budget,
+#    which a lazy pool never reaches without syncing first. What differs: slot numbers (ties
+#    between equal scores), freed buffers enter as evicted all at once in creation order, and
+#    storages released before the sync never enter (the eqclass approximation can score
+#    these differently: docs/benchmarks.md, demo, gives the measured effect).
 """
 
 from __future__ import annotations
