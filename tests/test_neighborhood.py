@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tritondtr import neighborhood
+from tritondtr import neighborhood, regions
 from tritondtr.engine import Engine
 from tritondtr.neighborhood import EVICTED, RESIDENT
 
@@ -186,6 +186,19 @@ def test_random_dags_match_reference(heuristic, n_ops, batch_min, monkeypatch):
     monkeypatch.setattr(neighborhood, "_BATCH_MIN", batch_min)
     for seed in range(3):
         eng = drive(heuristic, n_ops, seed)
+        eng.check_invariants()
+
+
+@pytest.mark.parametrize("mask_cost", [0, 1 << 40], ids=["masks-always", "search-always"])
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_batch_paths_match_reference(heuristic, mask_cost, monkeypatch):
+    """NOTE [ Batched regions ] rule 6: with every flush batched, the closure masks (mask
+    cost 0: the search budget is exhausted at once) and the budgeted per-slot search (a
+    budget never exhausted) both give the reference values."""
+    monkeypatch.setattr(neighborhood, "_BATCH_MIN", 1)
+    monkeypatch.setattr(regions, "_MASK_COST", mask_cost)
+    for seed in range(3):
+        eng = drive(heuristic, 300, seed, check_every=5)
         eng.check_invariants()
 
 

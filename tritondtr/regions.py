@@ -31,6 +31,12 @@ containers of a :class:`~tritondtr.neighborhood.Neighborhood`, shared, not copie
 #    when half full, and a flush that would need more new masks than fit (a long evicted
 #    chain) uses the per-slot search, as do tables beyond _MAX_BATCH_CAPACITY slots and a
 #    flush that meets a cycle (a successor that is still open in the DFS).
+# 6. Masks pay off only when they stay cached. Where every flush drops most of them (a chain
+#    whose released, evicted tail is reached from every rematerialized slot), rebuilding them
+#    (DFS plus wide ORs) costs more than searching. So a batch first runs the per-slot search
+#    with a budget of _MASK_COST node visits per mask dropped since masks were last built
+#    (``dropped``, counted by the staging searches), and uses the masks only if the search
+#    runs out. Either way the values are the same (rule 3).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ __all__ = ["Regions"]
 _BATCH_MIN = 4
 _MAX_BATCH_CAPACITY = 1 << 20
 _MAX_CACHE_BITS = 1 << 31  # 256 MiB of masks
+_MASK_COST = 2  # rule 6: search visits one dropped mask is worth (measured, docs/engine.md)
 
 
 def _post_order(
@@ -101,16 +108,20 @@ class Regions:
         self.exact = exact
         self.clo_up: dict[int, int] = {}
         self.clo_down: dict[int, int] = {}
+        self.dropped = 0  # masks dropped since masks were last built (rule 6)
 
     # -------------------------------------------------------------- per slot
-    def region(self, r: int, adj: list[list[int]]) -> set[int]:
-        """Evicted slots reachable from ``r`` along ``adj`` through evicted slots only."""
+    def region(self, r: int, adj: list[list[int]], limit: int = -1) -> set[int] | None:
+        """Evicted slots reachable from ``r`` along ``adj`` through evicted slots only;
+        ``None`` as soon as more than ``limit`` are found (``limit < 0``: no limit)."""
         st, seen, stack = self.state, set(), [r]
         while stack:
             for v in adj[stack.pop()]:
                 if st[v] == EVICTED and v not in seen:
                     seen.add(v)
                     stack.append(v)
+            if 0 <= limit < len(seen):
+                return None
         return seen
 
     def value_ancestors(self, r: int) -> float:
@@ -126,6 +137,22 @@ class Regions:
         cost = self.cost
         return math.fsum([cost[u] for u in region]) if region else 0.0
 
+    def values_within(self, slots: list[int], budget: int) -> list[float] | None:
+        """The per-slot values of ``slots``, or ``None`` once their regions hold more than
+        ``budget`` slots in all (NOTE [ Batched regions ] rule 6)."""
+        dirs = (self.parents, self.children) if self.exact else (self.parents,)
+        cost, vals = self.cost, []
+        for r in slots:
+            region: set[int] = set()
+            for adj in dirs:
+                part = self.region(r, adj, budget)
+                if part is None:
+                    return None
+                budget -= len(part)
+                region |= part
+            vals.append(math.fsum([cost[u] for u in region]) if region else 0.0)
+        return vals
+
     # ------------------------------------------------------------- staging
     def mark_from(self, starts, adj: list[list[int]], dirty: set[int]) -> None:
         """Add to ``dirty`` the resident slots met searching from every start along ``adj``
@@ -134,6 +161,7 @@ class Regions:
         down invalidates "up" closures and vice versa."""
         st, seen, stack = self.state, set(starts), list(starts)
         clo = self.clo_up if adj is self.children else self.clo_down
+        held = len(clo)
         pop = clo.pop
         for s in starts:
             pop(s, None)
@@ -148,6 +176,7 @@ class Regions:
                     stack.append(v)
                 elif s == RESIDENT:
                     dirty.add(v)
+        self.dropped += held - len(clo)
 
     # ------------------------------------------------------------- batched
     def batch_values(self, slots: list[int], max_bits: int = _MAX_CACHE_BITS) -> list[float] | None:
@@ -158,18 +187,27 @@ class Regions:
         if len(st) > _MAX_BATCH_CAPACITY:
             return None
         max_masks = max_bits // len(st)
+        if self.dropped:  # rule 6
+            vals = self.values_within(slots, _MASK_COST * self.dropped)
+            if vals is not None:
+                return vals
         if len(self.clo_up) + len(self.clo_down) > max_masks // 2:
             self.clo_up.clear()
             self.clo_down.clear()
+        self.dropped = 0
         dirs = [(self.parents, self.clo_up)]
         if self.exact:
             dirs.append((self.children, self.clo_down))
-        masks = [0] * len(slots)
+        posts = []
+        room = max_masks - len(self.clo_up) - len(self.clo_down)
         for adj, clo in dirs:
-            limit = max_masks - len(self.clo_up) - len(self.clo_down)
-            post = _post_order(slots, adj, st, clo, limit)
+            post = _post_order(slots, adj, st, clo, room)
             if post is None:  # too many new masks: per-slot search (rule 5)
                 return None
+            room -= len(post)
+            posts.append(post)
+        masks = [0] * len(slots)
+        for (adj, clo), post in zip(dirs, posts):
             for u in post:
                 m = 1 << u
                 for v in adj[u]:
