@@ -81,6 +81,28 @@ def test_inplace_relu_and_view_write_match_eager_values():
     compare(fn, x)
 
 
+def test_uninitialized_buffers_stay_plain():
+    """NOTE [ What is tracked ] rule 5: torch.empty and friends made from nothing tracked are
+    plain tensors (C++ code writes them through raw pointers); writes of tracked values into
+    them keep values and gradients."""
+    x = leaf(4, 6)
+    with rt.enable(budget=None):
+        a = x.sin()
+        plain = [torch.empty(4, 6), torch.empty_like(x), x.new_empty(3),
+                 torch.empty_strided((2, 3), (1, 2))]
+        assert all(type(t) is torch.Tensor for t in plain)
+        assert type(torch.empty_like(a)) is rt.DTRTensor  # from a tracked tensor: tracked
+        assert type(a.new_empty(2)) is rt.DTRTensor
+
+    def fn():
+        a = x.sin() * 2
+        buf = torch.empty(4, 6)
+        buf.copy_(a)  # a plain tensor written with a tracked value
+        return (buf * a.cos()).sum()
+
+    compare(fn, x)
+
+
 def test_random_ops_replay_and_leave_the_stream_alone():
     x = leaf(64, 32)
 

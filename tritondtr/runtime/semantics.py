@@ -152,8 +152,8 @@ class OpInfo:
     returns exactly one fresh tensor and writes nothing. ``view1``: the op returns exactly
     one tensor, a view of the positional argument ``view1`` (else None). ``inplace1``: the
     op writes its first argument only and returns it (``add_``, ``relu_``). ``special``: one
-    of the rare cases (in-place view, a written argument, refused) applies: checked before
-    tracking.
+    of the rare cases (in-place view, a written argument, refused, uninitialized memory)
+    applies: checked before tracking.
     """
 
     func: torch._ops.OpOverload
@@ -173,10 +173,15 @@ class OpInfo:
     never_evict: bool
     unsupported: str | None
     unsupported_grad: str | None
+    uninit: bool  # returns uninitialized memory (NOTE [ What is tracked ] rule 5)
     semantics: Semantics = field(default_factory=Semantics)
 
 
 _CACHE: dict[object, OpInfo] = {}
+
+# Ops whose result is uninitialized memory (NOTE [ What is tracked ] rule 5 in session.py).
+_UNINIT = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_permuted",
+                     "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"})
 
 
 def op_info(func) -> OpInfo:
@@ -251,9 +256,11 @@ def _analyze(func) -> OpInfo:
         view1=rets[0][1] if (not written and len(rets) == 1 and rets[0][0] == ONE
                              and type(rets[0][1]) is int) else None,
         inplace1=tuple(written) == (0,) and tuple(rets) == ((ONE, None, 0),),
-        special=bool(inplace_view or written or sem.unsupported or sem.unsupported_grad),
+        special=bool(inplace_view or written or sem.unsupported or sem.unsupported_grad
+                     or schema.name in _UNINIT),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,
         unsupported_grad=sem.unsupported_grad,
+        uninit=schema.name in _UNINIT,
         semantics=sem,
     )

@@ -11,6 +11,12 @@
 # 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
 #    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
 #    ``value``), so parameters, gradients and optimizer state stay plain tensors.
+# 5. Uninitialized memory made from nothing tracked (``torch.empty``, ``empty_strided``;
+#    ``empty_like`` or ``new_empty`` of a plain tensor) stays plain: its contents are not a
+#    function of anything, so there is nothing to recompute, and C++ code allocates buffers
+#    this way and then writes them through raw pointers (DDP's reducer rebuilding its gradient
+#    buckets; a wrapper has no data there). Writes into it are writes to a plain tensor
+#    (NOTE [ In-place versions ] rule 2), and its bytes are not counted.
 
 # NOTE [ In-place versions ]
 # 1. An op writing a tracked tensor really writes its buffer (no copy), and the buffer becomes
@@ -145,6 +151,8 @@ class Session:
             return restride(info.func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
             return boundary.call_plain(info, args, kwargs)
+        if info.uninit and not _any_wrapper(info, args, kwargs):
+            return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
         pool = self.pool
         if (info.written and pool.now != pool.frozen_at
                 and boundary.writes_leaf(self, info, args, kwargs)):
