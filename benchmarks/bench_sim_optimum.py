@@ -1,13 +1,15 @@
 """How far are the heuristics from optimal? Theorem 3.1, revolve and Checkmate.
 
 ``python benchmarks/bench_sim_optimum.py`` (a few minutes on 2 CPU cores; ``--full`` adds
-N = 3e4 and 1e5 for ``dtr_eq``). Writes ``benchmarks/results/sim_optimum.csv`` and
-``sim_theorem31.png`` / ``sim_revolve.png``; prints the tables of docs/optimality.md.
+N = 3e4 and 1e5, ``--only theorem`` runs Theorem 3.1 alone, ``--jobs 2`` runs its replays in
+parallel). Writes ``benchmarks/results/sim_theorem31.csv`` / ``.png`` (Theorem 3.1) and
+``sim_optimum.csv`` / ``sim_revolve.png`` (the rest); prints the tables of docs/optimality.md.
 
 # NOTE [ Optimum benchmark ]
 # 1. Theorem 3.1: ``generators.chain(N)`` at budget 2*ceil(sqrt(N)) units; the value is the
-#    extra operations (compute beyond the baseline, unit costs) divided by N. ``lru`` and
-#    ``dtr`` stop at N = 1e4 (their replays take minutes beyond, on this CPU).
+#    extra operations (compute beyond the baseline, unit costs) divided by N; N = 100 .. 1e4,
+#    with ``--full`` up to 1e5 for ``dtr`` and ``dtr_eq`` and 3e4 for ``lru`` (its extra
+#    operations grow as N^1.5, and every one is a replayed op: 1e5 would be ~8e6 ops).
 # 2. Revolve: chain(1000) at budgets from 8 units up; DTR's extra operations against
 #    ``revolve.chain_optimum_extra`` (NOTE [ Revolve and the simulator's chain ]).
 # 3. Figure 3 style: small generated graphs at budgets between the largest op and the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
@@ -39,9 +42,41 @@ def run(trace, h, budget):
     return simulate(trace, h, budget=budget, overhead_limit=1e9, backend="torch", device="cpu")
 
 
+def theorem_point(n: int, h: str) -> tuple[float, float, str]:
+    """Extra operations / N of ``h`` on chain(n) at 2 ceil(sqrt n) units, wall s, status."""
+    torch.set_num_threads(1)
+    trace = gen.chain(n)
+    r = run(trace, h, 2 * math.ceil(math.sqrt(n)))
+    return (r.compute - trace.total_cost()) / n, r.wall_s, r.status
+
+
+THEOREM_MAX_N = {"dtr_eq": 100_000, "dtr": 100_000, "lru": 30_000}  # with --full
+
+
+def theorem_rows(rows: list[Row], done: dict, ns: list[int], row) -> None:
+    """Rewrite ``rows`` with the points in ``done`` and write sim_theorem31.csv / .png."""
+    rows.clear()
+    for n in ns:
+        b = 2 * math.ceil(math.sqrt(n))
+        row("theorem31_extra_per_n", "revolve", n, chain_optimum_extra(n, b) / n, "ops/N",
+            f"budget={b}")
+        for h in ("dtr_eq", "dtr", "lru"):
+            if (n, h) in done:
+                value, wall, status = done[n, h]
+                row("theorem31_extra_per_n", h, n, value, "ops/N",
+                    f"budget={b};wall_s={wall:.1f}", status)
+    dev = rows[0].device
+    write_csv(rows, OUT / "sim_theorem31.csv")
+    plot_rows(rows, [("theorem31_extra_per_n", "extra operations / N at 2 ceil(sqrt N)")],
+              OUT / "sim_theorem31.png", title=f"uniform chain, Theorem 3.1 ({dev})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--full", action="store_true", help="N up to 1e5 for dtr_eq")
+    ap.add_argument("--full", action="store_true",
+                    help="Theorem 3.1 up to N = 1e5 (dtr, dtr_eq) and 3e4 (lru)")
+    ap.add_argument("--only", choices=["theorem"], help="run one part alone")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel Theorem 3.1 replays")
     args = ap.parse_args(argv)
     env, dev = Env.capture(), describe_device("cpu")
     rows: list[Row] = []
@@ -52,16 +87,19 @@ def main(argv=None) -> int:
         print(f"{what:22s} {provider:10s} {size:>8d} {value:12.4f} {unit} {note}", flush=True)
 
     ns = [100, 300, 1000, 3000, 10000] + ([30000, 100000] if args.full else [])
-    for n in ns:
-        trace, b = gen.chain(n), 2 * math.ceil(math.sqrt(n))
-        row("theorem31_extra_per_n", "revolve", n, chain_optimum_extra(n, b) / n, "ops/N",
-            f"budget={b}")
-        for h in ("dtr_eq", "dtr", "lru"):
-            if h != "dtr_eq" and n > 10000:
-                continue
-            r = run(trace, h, b)
-            row("theorem31_extra_per_n", h, n, (r.compute - trace.total_cost()) / n, "ops/N",
-                f"budget={b};wall_s={r.wall_s:.1f}", r.status)
+    points = [(n, h) for n in ns for h in ("dtr_eq", "dtr", "lru")
+              if n <= (THEOREM_MAX_N[h] if args.full else 10000)]
+    done: dict[tuple[int, str], tuple[float, float, str]] = {}
+    with ProcessPoolExecutor(args.jobs) as pool:  # longest first; files rewritten as they end
+        todo = sorted(points, key=lambda p: -p[0] ** (1 if p[1] == "dtr_eq" else 2))
+        futures = {pool.submit(theorem_point, n, h): (n, h) for n, h in todo}
+        for f in as_completed(futures):
+            done[futures[f]] = f.result()
+            print(f"theorem31 {futures[f]}: {done[futures[f]]}", flush=True)
+            theorem_rows(rows, done, ns, row)
+    if args.only == "theorem":
+        return 0
+    rows = []
     n = 1000
     trace = gen.chain(n)
     for b in (8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512):
@@ -90,8 +128,6 @@ def main(argv=None) -> int:
                 row("checkmate_overhead", h, b, r.overhead if r.ok else math.nan, "x",
                     f"graph={name}", r.status)
     write_csv(rows, OUT / "sim_optimum.csv")
-    plot_rows(rows, [("theorem31_extra_per_n", "extra operations / N at 2 ceil(sqrt N)")],
-              OUT / "sim_theorem31.png", title=f"uniform chain, Theorem 3.1 ({dev})")
     plot_rows([r for r in rows if not math.isnan(r.median)],
               [("revolve_extra_per_n", "extra operations / N (N = 1000)")],
               OUT / "sim_revolve.png", title=f"DTR against revolve's optimum ({dev})")
