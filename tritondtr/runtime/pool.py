@@ -55,6 +55,20 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    between equal scores), freed buffers enter as evicted all at once in creation order, and
 #    storages released before the sync never enter (the eqclass approximation can score
 #    these differently: docs/benchmarks.md, demo, gives the measured effect).
+
+# NOTE [ One victim first ]
+# 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
+#    choices of the same eviction loop from that list (NOTE [ Exact batched choice ] in
+#    engine.py). A top-8 scoring costs ~2.5x a top-1 scoring with the torch twin on CPU
+#    (182 against 70 us on a 2-core x86-64 box, whatever the table's fill), and most
+#    ``make_room`` calls evict one storage only: the op in flight is over the budget by less
+#    than one victim (the zoo MLP at the checkpoint's peak: 7 scorings, 0 served from the
+#    list, per step).
+# 2. So the first eviction of a ``make_room`` asks ``engine.select(now, 1)``: by definition
+#    the exact victim ``choose`` would give. Further evictions of the same call use
+#    ``choose`` and its batched list. Victims, and so the values, peaks and
+#    rematerializations, are those of ``choose`` alone; only the number of top-8 scorings
+#    changes.
 """
 
 from __future__ import annotations
@@ -267,21 +281,22 @@ class Pool:
         s.slot, s.recipe, s.pinned = -1, None, False
 
     # ------------------------------------------------------------------ eviction
-    def evict_one(self) -> bool:
-        """Evict the engine's next victim; False if nothing is evictable."""
+    def evict_one(self, first: bool = False) -> bool:
+        """Evict the engine's next victim; False if nothing is evictable. ``first``: the
+        first eviction of a ``make_room`` (NOTE [ One victim first ])."""
         self.sync()
         prof = _profiling()
         t0 = time.perf_counter()
         if prof:
             with _range("tritondtr::select"):
-                v = self.engine.choose(self.now)
+                v = self._choose(first)
         else:
-            v = self.engine.choose(self.now)
+            v = self._choose(first)
         self.stats.select_s += time.perf_counter() - t0
         if v is None:
             if not self._unpin_backward():
                 return False
-            return self.evict_one()
+            return self.evict_one(first)
         s = self.storage(v)
         if prof:
             with _range("tritondtr::evict"):
@@ -290,6 +305,15 @@ class Pool:
             self._drop(s)
         self.stats.evictions += 1
         return True
+
+    def _choose(self, first: bool) -> int | None:
+        """The engine's next victim: one exact scoring of k = 1 when ``first``, else
+        ``engine.choose`` (NOTE [ One victim first ])."""
+        eng = self.engine
+        if first:
+            ids = eng.select(self.now, 1)
+            return ids[0] if ids else None
+        return eng.choose(self.now)
 
     def _unpin_backward(self) -> bool:
         """NOTE [ Backward storages ] rule 2."""
@@ -313,8 +337,9 @@ class Pool:
         if self.lazy:
             raise AssertionError("bug of tritondtr: over budget while the engine is deferred "
                                  "(NOTE [ Lazy engine ] rule 2)")
+        first = True
         while self.resident > budget:
-            if not self.evict_one():
+            if not self.evict_one(first):
                 self.stats.budget_errors += 1
                 raise BudgetError(op, self.resident, budget, self.describe_pinned())
 
