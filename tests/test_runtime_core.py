@@ -103,6 +103,25 @@ def test_uninitialized_buffers_stay_plain():
     compare(fn, x)
 
 
+def test_unsafe_view_shares_its_argument_storage():
+    """NOTE [ Op semantics ] rule 8: ``_unsafe_view`` (matmul's reshape of its mm result)
+    aliases its argument: its bytes are counted once, and values and gradients survive the
+    eviction of the base."""
+    x = leaf(8, 6)
+    with rt.enable(budget=None) as s:
+        a = x.sin()  # 192 bytes
+        v = torch.ops.aten._unsafe_view(a, [4, 12])
+        assert type(v) is rt.DTRTensor and v._cell is a._cell
+        assert s.stats.resident_bytes == 8 * 6 * 4
+    w = leaf(3, 5, 6)
+
+    def fn():
+        h = (w.tanh() @ x.t()).relu()  # 3-d matmul: mm, then _unsafe_view
+        return (h * h.cos()).sum()
+
+    compare(fn, w)
+
+
 def test_random_ops_replay_and_leave_the_stream_alone():
     x = leaf(64, 32)
 

@@ -31,6 +31,10 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    tensor subclasses, PyTorch's own LoggingTensor included) and give gradients that differ
 #    from eager in the last bits. No wrapper subclass can avoid that, so such ops are refused
 #    when they would be differentiated (``unsupported_grad``); without grad they run.
+# 8. Some ops return a view their schema does not annotate (``_unsafe_view``, which
+#    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate): the table's
+#    ``hidden_alias`` names the argument the single return aliases, and rule 1 applies. Taken
+#    as a fresh output, it would count the same bytes twice (once per wrapper).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class Semantics:
             is on and an argument at a position of ``grad_args`` requires grad
             (NOTE [ Op semantics ] rule 7).
         grad_args: see ``unsupported_grad``.
+        hidden_alias: position of the argument the op's single return is a view of although
+            the schema does not say so (NOTE [ Op semantics ] rule 8), else None.
     """
 
     hidden_mutation: tuple[int, ...] = ()
@@ -67,6 +73,7 @@ class Semantics:
     unsupported: str | None = None
     unsupported_grad: str | None = None
     grad_args: tuple[int, ...] = (0,)
+    hidden_alias: int | None = None
 
 
 _TABLE: dict[str, Semantics] = {}
@@ -130,6 +137,12 @@ def _prod_eig_subclass_formula():
 def _masked_fill_subclass_formula():
     """masked_fill_backward (the gradient of the fill value) sums with ``where`` for
     subclasses and with ``masked_select`` otherwise (NOTE [ Op semantics ] rule 7)."""
+
+
+@register(aten._unsafe_view.default, hidden_alias=0)
+def _unsafe_view_alias():
+    """``_unsafe_view`` is ``view`` without autograd's view tracking: its result shares the
+    argument's storage (NOTE [ Op semantics ] rule 8)."""
 
 
 @register(aten.linalg_lstsq.default, never_evict=True)
@@ -237,6 +250,8 @@ def _analyze(func) -> OpInfo:
             else:
                 view = target if target is not None else first_alias
         rets.append((kind, view, wrote))
+    if sem.hidden_alias is not None:
+        rets = [(ONE, sem.hidden_alias, None)]
     tags = func.tags
     inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
     flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) \
