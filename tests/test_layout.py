@@ -41,7 +41,8 @@ def test_simulator_never_imports_runtime(path):
     assert not {n for n in imports(path) if n.startswith("tritondtr.runtime")}
 
 
-CORE = ["table.py", "policy.py", "scoring.py", "heuristics.py", "engine.py", "neighborhood.py"]
+CORE = ["table.py", "policy.py", "scoring.py", "heuristics.py", "engine.py", "neighborhood.py",
+        "regions.py", "eqclass.py", "residency.py", "units.py"]
 
 
 @pytest.mark.parametrize("name", CORE)
