@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tritondtr.cli import main
-from tritondtr.demo import GPTConfig, run_demo
+from tritondtr.demo import run_demo
+from tritondtr.tinygpt import GPTConfig
 
 TINY = GPTConfig(vocab=64, block=16, width=32, layers=2, heads=2, dropout=0.1)
 
