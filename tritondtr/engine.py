@@ -199,12 +199,15 @@ class Engine:
         self.nbhd.on_evict(slot)
         self.evictions += 1
 
-    def remat(self, slot: int, now: int) -> None:
-        """An evicted ``slot`` was recomputed: resident again, last_access = now."""
+    def remat(self, slot: int, now: int | None) -> None:
+        """An evicted ``slot`` was recomputed: resident again, last_access = now. ``None``
+        keeps the last access it had (a recomputation the program did not ask for; NOTE
+        [ A recomputation is not a use ] in runtime/pool.py)."""
         self._live(slot, "remat")
         if self._st[slot] != EVICTED:
             raise ValueError(f"remat: slot {slot} is resident, not evicted; nothing to redo")
-        self.table.touch(slot, now)
+        if now is not None:
+            self.table.touch(slot, now)
         self.table.set_state(slot, _EVICTABLE)  # evicted slots hold no locks or pins
         self.nbhd.on_remat(slot)
         self.remats += 1

@@ -69,6 +69,25 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    ``choose`` and its batched list. Victims, and so the values, peaks and
 #    rematerializations, are those of ``choose`` alone; only the number of top-8 scorings
 #    changes.
+
+# NOTE [ A recomputation is not a use ]
+# 1. The heuristics' staleness (now - last access) stands for "how soon will the program read
+#    this again". A storage that no wrapper holds (its last wrapper died, only recipes keep
+#    it: ``held`` is False) is never read by the program again; it matters only as an input
+#    of further recomputations.
+# 2. So a storage recomputed on the way to another one (not the storage the op in flight
+#    asked for) and held by no wrapper keeps the last access it had (``Engine.remat(slot,
+#    None)``). Once the recomputation that needed it is done it is among the first victims,
+#    instead of the program's own storages recomputed beside it. The storage asked for, and
+#    recomputed storages a wrapper holds, take ``now`` as before.
+# 3. Why: with ``now`` for every recomputed storage, TinyGPT (8 layers, width 128) at the
+#    checkpoint's peak kept ~14 of its ~20 MiB budget in such intermediates during the
+#    backward (masked scores, pre-dropout masks, the qkv projection), all "just used", and
+#    evicted the saved activations recomputed with them, then recomputed those again: each
+#    storage 2.2 times on average, ~530 rematerializations per step. With this rule: ~295,
+#    1.3 times each, about 40 % less recomputation time; the zoo at 70 / 50 / 30 % has as
+#    many or fewer (docs/benchmarks.md, Runtime). Only victims change: values, peaks bound and
+#    gradients are as before.
 """
 
 from __future__ import annotations
@@ -396,7 +415,7 @@ class Pool:
                         if e[5] <= WRITE and e[2].slot >= 0:
                             self.lock(e[2])
                             locks.append(e[2])
-                    self._recompute(s)
+                    self._recompute(s, s is target or s.held)
                     for x in locks:
                         self.unlock(x)
                     frame[1] = None
@@ -417,7 +436,9 @@ class Pool:
             if prof is not None:
                 prof.__exit__(None, None, None)
 
-    def _recompute(self, s: Storage) -> None:
+    def _recompute(self, s: Storage, use: bool) -> None:
+        """Recompute evicted ``s`` (inputs resident and locked). ``use``: the program will
+        read it (NOTE [ A recomputation is not a use ])."""
         rec = s.recipe
         self.now += 1
         self.make_room(rec.info.name)
@@ -431,7 +452,7 @@ class Pool:
                 f"bug of tritondtr: recomputing {rec.info.name} gave a buffer of "
                 f"{buf.untyped_storage().nbytes()} bytes, the first execution {s.nbytes}")
         s.buf = buf
-        self.engine.remat(s.slot, self.now)
+        self.engine.remat(s.slot, self.now if use else None)
         self.stats.rematerializations += 1
         if s.pinned:
             self.engine.pin(s.slot)
