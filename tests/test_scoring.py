@@ -213,3 +213,64 @@ def test_custom_heuristic_is_used_and_validated():
             register_heuristic("dtr", lambda *a: a[0])
     finally:
         unregister_heuristic("biggest_cost")
+
+
+def evictable_size(size, state):
+    """The derived column a table keeps (NOTE [ Evictable size ]), from its definition."""
+    return torch.where(state == 1, size.to(torch.float32), torch.tensor(math.nan))
+
+
+@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
+@pytest.mark.parametrize("n", [127, 5000, 50001], ids=lambda n: f"N{n}")
+@pytest.mark.parametrize("make", [make_columns, extreme_columns], ids=["plain", "extreme"])
+def test_given_evictable_size_gives_the_same_scores_and_victims(h, n, make):
+    cols = make(n, seed=n)
+    evs = evictable_size(cols[1], cols[4])
+    assert torch.equal(score_torch(h, *cols, 11, 3, evs), score_torch(h, *cols, 11, 3))
+    for k in (1, 8):
+        assert select_torch(h, *cols, 11, k, 3, evs).tolist() == oracle(h, cols, 11, k, 3), k
+
+
+def lean_traps(n):
+    """Every candidate scores 1 (cost 8, size 1, s 8), except the slots where a lean score
+    (NOTE [ Lean twin ] 2) is -inf but the exact one +inf: a negative numerator over a zero
+    den, a positive one over den = -0.0 (size 0, last_access after now)."""
+    cost, size, last, nbhd, state = structured(n, "ties-after-non-candidates")
+    cost[4000], size[4000] = -1.0, 0
+    nbhd[4100], size[4100] = -9.0, 0
+    size[4200], last[4200] = 0, 15
+    return cost, size, last, nbhd, state
+
+
+@pytest.mark.parametrize("h", [Heuristic.DTR, Heuristic.DTR_LOCAL, Heuristic.MSPS],
+                         ids=lambda h: h.value)
+@pytest.mark.parametrize("legit_minus_inf", [False, True], ids=["traps", "traps-and-minus-inf"])
+def test_lean_minus_inf_is_settled_by_the_exact_scores(h, legit_minus_inf):
+    cols = lean_traps(6149)
+    if legit_minus_inf:
+        cols[0][5000] = -math.inf  # den > 0: an exact score of -inf, the first victim
+    exact = score_torch(h, *cols, 11)
+    assert exact[4000] == math.inf and exact[4200] == math.inf
+    if legit_minus_inf:
+        assert exact[5000] == -math.inf
+    for k in (1, 3, 40):
+        got = select_torch(h, *cols, 11, k, 0, evictable_size(cols[1], cols[4]))
+        assert got.tolist() == oracle(h, cols, 11, k), k
+
+
+I64 = torch.iinfo(torch.int64)
+
+
+@pytest.mark.parametrize(
+    ("now", "edge"),
+    [(2**31 - 1, 2**31 - 1), (2**31 - 1, 0), (2**31 - 1, 2**31), (5, -1), (2**31, 3),
+     (7, 2**32 + 3), (7, I64.min), (7, I64.max), (-3, 2)],
+    ids=lambda v: str(v),
+)
+def test_both_clock_paths_match_the_reference(now, edge):
+    """NOTE [ Lean twin ] 3: the int32 path where every last_access and now lie in [0, 2**31),
+    int64 elsewhere; one edge value moves a column of small clocks across that boundary."""
+    cost, size, last, nbhd, state = make_columns(5000, seed=9)
+    last = (now - last).clamp(0, 2**31 - 1)
+    last[1234], state[1234], size[1234], cost[1234] = edge, 1, 256, 1.0  # a finite score if s > 0
+    check_against_reference(Heuristic.DTR, (cost, size, last, nbhd, state), now=now, seed=0)

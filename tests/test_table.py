@@ -13,6 +13,8 @@ ops = st.lists(
         st.tuples(st.just("add"), st.integers(1, 40)),
         st.tuples(st.just("free"), st.integers(0, 10_000)),
         st.tuples(st.just("update"), st.integers(0, 10_000)),
+        st.tuples(st.just("state"), st.integers(0, 10_000)),
+        st.tuples(st.just("resize"), st.integers(0, 10_000)),
     ),
     max_size=40,
 )
@@ -42,6 +44,19 @@ def test_invariants_under_random_add_free_grow(ops, capacity):
             s = sorted(live)[n % len(live)]
             table.touch(s, 5000 + n)
             live[s] = (live[s][0], live[s][1], 5000 + n)
+        elif live and op == "state":  # there and back: the derived column follows
+            s = sorted(live)[n % len(live)]
+            table.set_state(s, SlotState(n % 4 or 1))
+            table.check_invariants()
+            table.set_state(s, SlotState.RESIDENT_EVICTABLE)
+        elif live and op == "resize":
+            s = np.array(sorted(live)[n % len(live) :: 2])
+            size = rng.integers(0, 1 << 62, s.size)
+            table.update_many(s, size=size, state=SlotState.EVICTED)
+            table.check_invariants()
+            table.update_many(s, state=SlotState.RESIDENT_EVICTABLE)
+            for i, slot in enumerate(s.tolist()):
+                live[slot] = (live[slot][0], size[i], live[slot][2])
         table.check_invariants()
         assert len(table) == len(live)
         assert table.capacity >= len(live)
@@ -73,6 +88,46 @@ def test_freed_slot_is_zeroed_and_reused():
     table.free(t)
     with pytest.raises(ValueError, match="already free"):
         table.free(t)
+
+
+# Sizes whose float32 differs when rounded through float64 first (2**62 + 2**38 + 1: float64
+# rounds to the halfway point, float32 then to even) and at float32's integer limit.
+AWKWARD_SIZES = [2**62 + 2**38 + 1, 2**24 + 1, 2**63 - 1, 0, 1]
+
+
+def test_evictable_size_is_torch_float32_of_size_for_candidates():
+    table = MetadataTable(2, device="cpu")
+    slots = [table.add(1.0, size, 0) for size in AWKWARD_SIZES]
+    table.add_many(np.ones(5), np.array(AWKWARD_SIZES), 0)
+    table.set_state(slots[1], SlotState.RESIDENT_LOCKED)
+    table.free(slots[2])
+    table.check_invariants()
+    cols = table.columns()
+    want = torch.where(cols["state"] == SlotState.RESIDENT_EVICTABLE,
+                       cols["size"].to(torch.float32), torch.tensor(float("nan")))
+    assert torch.equal(cols["evictable_size"].view(torch.int32), want.view(torch.int32))
+    awkward = torch.tensor(AWKWARD_SIZES)[[0, 3, 4]].float()
+    assert torch.equal(cols["evictable_size"][[0, 3, 4]], awkward)
+
+
+@pytest.mark.parametrize("h", ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random"])
+def test_select_from_the_table_equals_select_from_bare_columns(h):
+    """The table passes evictable_size to the twin; bare columns make it per call."""
+    from tritondtr import policy
+
+    rng = np.random.default_rng(3)
+    table = MetadataTable(16, device="cpu")
+    n = 9000
+    slots = table.add_many(rng.random(n) * 10, rng.integers(0, 4, n) * 256, rng.integers(0, 12, n),
+                           nbhd_cost=np.where(rng.random(n) < 0.5, rng.random(n), 0))
+    table.update_many(slots[::3], state=SlotState.EVICTED)
+    table.free_many(slots[1::7])
+    bare = {k: v for k, v in table.columns().items() if k in MetadataTable.COLUMNS}
+    for k in (1, 8):
+        got = table.select(h, 11, k=k, backend="torch", seed=2)
+        assert got.tolist() == policy.select(h, bare, 11, k=k, backend="torch", seed=2).tolist()
+        assert torch.equal(table.score(h, 11, backend="torch", seed=2),
+                           policy.score(h, bare, 11, backend="torch", seed=2))
 
 
 def test_cpu_columns_are_zero_copy_views_of_host():
@@ -118,9 +173,9 @@ def test_cuda_staging_matches_host():
     table.free_many(slots[1::5])
     table.flush()
     table.check_invariants()
-    for name in MetadataTable.COLUMNS:
-        host = torch.from_numpy(getattr(table, "host_" + name))
-        assert torch.equal(table.columns()[name].cpu(), host)
+    for name in MetadataTable.COLUMNS + MetadataTable.DERIVED:
+        host = torch.from_numpy(getattr(table, "host_" + name)).view(torch.uint8)
+        assert torch.equal(table.columns()[name].cpu().view(torch.uint8), host)
     assert torch.equal(
         table.select("dtr", 100, k=5), table.select("dtr", 100, k=5, backend="torch")
     )

@@ -85,7 +85,7 @@ def score(
     now = _check_now(now)
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
-        return score_torch(h, *_args(cols), now, seed)
+        return score_torch(h, *_args(cols), now, seed, cols.get("evictable_size"))
     from . import kernels
 
     return kernels.score(h.value, *_args(cols), now=now, rand_base=random_base(seed, now))
@@ -107,7 +107,7 @@ def select(
         raise ValueError(f"k must be a positive int, got {k!r}")
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
-        return select_torch(h, *_args(cols), now, k, seed).cpu()
+        return select_torch(h, *_args(cols), now, k, seed, cols.get("evictable_size")).cpu()
     from . import kernels
 
     ids = kernels.select(h.value, *_args(cols), now=now, rand_base=random_base(seed, now), k=k)

@@ -33,38 +33,50 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # nothing per decision, with the exact results of NOTE [ Scoring rules ]. On CPU, boolean
 # masks, ``where`` and ``argmin`` each cost several float multiplies (N = 1e5, one thread,
 # 2-core AMD EPYC VM, torch 2.13.0+cpu: where 42 us, a comparison 35-50 us, argmin 55 us;
-# mul_ 6 us, amin 5 us), and fresh buffers of this size cost page faults on every call
-# (~450 faults, ~700 us per decision before the workspace of rule 5).
-# 1. Validity without masks: min(den, 1 - (state - 1)^2) is > 0 exactly where the slot is a
-#    candidate with den > 0 (den is a product of two integers rounded to float32: 0, or at
-#    least 1 in magnitude, and never overflowing). clamp_min(0), then x / x, make it 1 there
-#    and NaN elsewhere; the numerator cost + nbhd_cost * that (or cost * that) is unchanged or
-#    NaN, and one nan_to_num after the division turns every NaN, of the division or of the
-#    mask, into +inf (rule 4). -inf scores stay -inf.
-# 2. The first minimum (rule 7) in two levels on CPU: the minima of rows of _ROW slots
+# mul_ 5 us, amin 5 us; converting int64 to float32 26 us, int32 to float32 5 us), and fresh
+# buffers of this size cost page faults on every call (~450 faults, ~700 us per decision
+# before the workspace of rule 5).
+# 1. Candidates without masks: ``evictable_size`` is float32(size) for candidates and NaN
+#    elsewhere; a table keeps it (NOTE [ Evictable size ]), for bare columns it is made here
+#    from min(0, ...) tricks. den = s * evictable_size is NaN for every non-candidate.
+#    Exact scores (``score_torch``): f = clamp_min(den, 0) / itself is 1 where the slot is a
+#    candidate with den > 0 and NaN elsewhere (0 / 0); the numerator cost + nbhd_cost * f (or
+#    cost * f) is unchanged or NaN, and one nan_to_num after the division turns every NaN into
+#    +inf (rule 4). -inf scores stay -inf.
+# 2. Lean scores (selection on CPU): num / clamp_min(den, 0), then NaN -> +inf. Where den > 0
+#    it is the exact score; where den <= 0 it is a division by +-0: +inf, NaN (-> +inf), or
+#    -inf, and only -inf is wrong. So if the minimum found is not -inf, every score equals the
+#    exact one; if it is -inf (some numerator is negative, or -inf), the exact scores are
+#    computed and searched again. This saves three passes in the common case.
+# 3. s without int64 -> float32 conversion: when 0 <= now < 2**31 and every last_access
+#    lies in [0, 2**31) (checked: amax of the int64 column, amin of its int32 words), now -
+#    last_access is an int32 without overflow, so the column is narrowed to int32, subtracted
+#    and converted from int32, the same float32 as rule 2. Otherwise int64, as written there.
+# 4. The first minimum (rule 7) in two levels on CPU: the minima of rows of _ROW slots
 #    (vectorised ``amin``), ``argmin`` of those minima, then ``argmin`` of that one row.
 #    ``argmin`` returns the first minimum, so the lowest slot wins ties at both levels. The
 #    last row is padded with the worst score. CUDA uses one ``argmin``, fast there.
-# 3. Non-candidates score +inf, like a candidate whose score is +inf. If the first minimum is
+# 5. Non-candidates score +inf, like a candidate whose score is +inf. If the first minimum is
 #    a non-candidate, the minimum is +inf and every candidate ties at +inf: the victim is the
 #    first candidate, or none. One host read of the winner's state decides.
-# 4. k > 1 on CPU: the k best slots lie in the k rows with the best (row minimum, row) keys
+# 6. k > 1 on CPU: the k best slots lie in the k rows with the best (row minimum, row) keys
 #    (a slot outside them comes after those k rows' minima). Those rows are gathered, cut in
 #    sub-rows of _SUB slots, the k best sub-rows chosen the same way and their k * _SUB
 #    scores sorted stably. If the k-th is +inf it may tie with non-candidates outside those
 #    rows: then the candidates are listed and ranked directly, as on CUDA.
-# 5. The CPU buffers (the padded scores, den, and an int64 column whose bytes later hold two
-#    float32 columns: 16 bytes per slot) are kept per thread for the last N scored. Nothing
-#    returned aliases them.
+# 7. The CPU buffers (the padded scores, den, evictable_size when it is not given, and an
+#    int64 column whose bytes also hold two float32 or one int32 column: 20 bytes per slot)
+#    are kept per thread for the last N scored. Nothing returned aliases them.
 
 RESIDENT_EVICTABLE = 1
 _M32 = 0xFFFFFFFF
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INF = float("inf")
 _F32 = torch.float32
-_ROW = 2048  # slots per row of the two-level minimum (NOTE [ Lean twin ] 2)
-_SUB = 64  # slots per sub-row when k > 1 (NOTE [ Lean twin ] 4)
+_ROW = 2048  # slots per row of the two-level minimum (NOTE [ Lean twin ] 4)
+_SUB = 64  # slots per sub-row when k > 1 (NOTE [ Lean twin ] 6)
 _MAX_K_ROWS = 32  # k up to this takes the row path on CPU: k * _SUB values are sorted
+_CLOCK32 = 2**31  # clocks below this take the int32 path of NOTE [ Lean twin ] 3
 _RATIO = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
 
 
@@ -87,73 +99,112 @@ def _worst(dtype: torch.dtype) -> float | int:
     return _INT64_MAX if dtype == torch.int64 else _INF
 
 
+def _large_cpu(n: int, device: torch.device) -> bool:
+    """Whether the row search (NOTE [ Lean twin ] 4) and the int32 clock apply."""
+    return device.type == "cpu" and n > 2 * _ROW
+
+
 def _padding(n: int, device: torch.device) -> int:
     """Slots appended so that the two-level search sees whole rows (0: one ``argmin``)."""
-    return (-n) % _ROW if device.type == "cpu" and n > 2 * _ROW else 0
+    return (-n) % _ROW if _large_cpu(n, device) else 0
+
+
+class _Work:
+    """Work buffers of the ratio scores for N slots (NOTE [ Lean twin ] 7): ``score``
+    [N + padding] float32 (the padding +inf), ``den`` and ``evs`` [N] float32, ``wide`` [N]
+    int64, whose bytes are also ``ok`` and ``tmp`` ([N] float32) or ``narrow`` ([N] int32)."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.score = torch.full((n + _padding(n, device),), _INF, dtype=_F32, device=device)
+        self.den = torch.empty(n, dtype=_F32, device=device)
+        self.evs = torch.empty(n, dtype=_F32, device=device)
+        self.wide = torch.empty(n, dtype=torch.int64, device=device)
+        self.ok, self.tmp = self.wide.view(_F32).view(2, n)
+        self.narrow = self.wide.view(torch.int32)[:n]
+        self.one = torch.ones((), dtype=_F32, device=device)
+        self.now32 = torch.zeros((), dtype=torch.int32, device=device)
 
 
 class _Workspace(threading.local):
-    """CPU buffers of the ratio scores for the last N, one set per thread (NOTE [ Lean twin ]
-    5): ``score`` [N + padding] float32 (the padding +inf), ``den`` [N] float32, and ``wide``
-    [N] int64 whose bytes are also ``ok`` and ``tmp``, two [N] float32."""
+    """The CPU ``_Work`` of the last N, one per thread (NOTE [ Lean twin ] 7)."""
 
     def __init__(self) -> None:
-        self.n = -1
+        self.n, self.work = -1, None
 
-    def get(self, n: int) -> tuple[torch.Tensor, ...]:
-        """(score, one, den, wide, ok, tmp) for N = ``n``."""
+    def get(self, n: int) -> _Work:
         if n != self.n:
-            self.n = -1  # a failed allocation leaves no half-made set behind
-            score = torch.full((n + _padding(n, torch.device("cpu")),), _INF, dtype=_F32)
-            wide = torch.empty(n, dtype=torch.int64)
-            ok_tmp = wide.view(_F32).view(2, n)
-            self.bufs = (score, torch.ones((), dtype=_F32), torch.empty(n, dtype=_F32), wide,
-                         *ok_tmp)
+            self.n, self.work = -1, None  # a failed allocation leaves nothing half made
+            self.work = _Work(n, torch.device("cpu"))
             self.n = n
-        return self.bufs
+        return self.work
 
 
 _WORKSPACE = _Workspace()
 
 
-def _ratio_into(h: Heuristic, cost, size, last_access, nbhd_cost, state, now: int,
-                out: torch.Tensor, one: torch.Tensor, den: torch.Tensor, wide: torch.Tensor,
-                ok: torch.Tensor, tmp: torch.Tensor) -> None:
-    """Rules 2-4 into ``out`` [N] float32, non-candidates +inf (NOTE [ Lean twin ] 1).
-    ``one`` is a 0-d float32 1; work space: ``den``, ``ok``, ``tmp`` [N] float32 and
-    ``wide`` [N] int64 whose bytes may be those of ``ok`` and ``tmp``."""
-    den.copy_(size)
-    if h is not Heuristic.MSPS:
-        torch.sub(last_access, now, out=wide).neg_()  # now - last_access, as int64 wraps
-        den.mul_(out.copy_(wide))  # out holds s for now
-    ok.copy_(state).sub_(1)
-    torch.addcmul(one, ok, ok, value=-1, out=tmp)  # 1 - (state - 1)^2: 1 for candidates, else <= 0
-    torch.minimum(den, tmp, out=tmp).clamp_min_(0)
-    tmp.div_(tmp)  # 1 for a candidate with den > 0, NaN otherwise
-    if h is Heuristic.DTR_LOCAL:
-        torch.mul(cost, tmp, out=out)
+def _evictable_size_into(size, state, w: _Work) -> torch.Tensor:
+    """float32(size) for candidates, NaN elsewhere, into ``w.evs`` (NOTE [ Lean twin ] 1)."""
+    w.ok.copy_(state).sub_(1)
+    torch.addcmul(w.one, w.ok, w.ok, value=-1, out=w.tmp)  # 1 - (state - 1)^2: 1 for candidates
+    w.tmp.clamp_min_(0).div_(w.tmp)  # 1 for candidates, 0 / 0 = NaN elsewhere
+    return w.evs.copy_(size).mul_(w.tmp)
+
+
+def _int32_clock(last_access: torch.Tensor, now: int) -> bool:
+    """Whether now - last_access fits the int32 path (NOTE [ Lean twin ] 3): two reductions."""
+    return (_large_cpu(last_access.numel(), last_access.device) and 0 <= now < _CLOCK32
+            and last_access.is_contiguous() and int(last_access.amax()) < _CLOCK32
+            and int(last_access.view(torch.int32).amin()) >= 0)  # high and low words >= 0
+
+
+def _staleness_into(last_access, now: int, w: _Work) -> torch.Tensor:
+    """float32(now - last_access) (rule 2) into ``w.den``."""
+    if _int32_clock(last_access, now):
+        w.narrow.copy_(last_access)
+        torch.sub(w.now32.fill_(now), w.narrow, out=w.narrow)
+        return w.den.copy_(w.narrow)
+    torch.sub(last_access, now, out=w.wide).neg_()  # now - last_access, as int64 wraps
+    return w.den.copy_(w.wide)
+
+
+def _ratio_into(h: Heuristic, cost, last_access, nbhd_cost, evs, now: int, w: _Work,
+                exact: bool) -> torch.Tensor:
+    """Rules 2-4 into ``w.score[:N]``, non-candidates +inf; ``evs`` is the evictable size.
+    ``exact``: NOTE [ Lean twin ] 1, else 2 (only -inf scores may differ from the exact)."""
+    out = w.score[: cost.numel()]
+    den = evs if h is Heuristic.MSPS else _staleness_into(last_access, now, w).mul_(evs)
+    if exact:
+        f = torch.clamp_min(den, 0, out=w.tmp).div_(w.tmp)  # 1, or NaN where den <= 0 or NaN
+        if h is Heuristic.DTR_LOCAL:
+            torch.mul(cost, f, out=out)
+        else:
+            torch.addcmul(cost, nbhd_cost, f, out=out)
+        out.div_(den)
     else:
-        torch.addcmul(cost, nbhd_cost, tmp, out=out)  # cost + nbhd_cost, or NaN
-    out.div_(den).nan_to_num_(nan=_INF, posinf=_INF, neginf=-_INF)
+        den = torch.clamp_min(den, 0, out=w.den)
+        if h is Heuristic.DTR_LOCAL:
+            torch.div(cost, den, out=out)
+        else:
+            torch.add(cost, nbhd_cost, out=out).div_(den)
+    return out.nan_to_num_(nan=_INF, posinf=_INF, neginf=-_INF)
 
 
 def _scores(heuristic: Heuristic | CustomHeuristic, cost, size, last_access, nbhd_cost, state,
-            now: int, seed: int, scratch: bool) -> torch.Tensor:
-    """The scores of ``score_torch``; with ``scratch``, in a reused padded buffer on CPU."""
+            now: int, seed: int, evictable_size, scratch: bool, exact: bool) -> torch.Tensor:
+    """The scores of ``score_torch``; with ``scratch``, in a reused padded buffer on CPU;
+    ratio scores lean unless ``exact`` (NOTE [ Lean twin ] 2)."""
     n, device = cost.numel(), cost.device
     h = heuristic if isinstance(heuristic, CustomHeuristic) else Heuristic(heuristic)
     if h in _RATIO:
-        if device.type == "cpu":
-            out, *work = _WORKSPACE.get(n)
-            if not scratch:
-                out = torch.empty(n, dtype=_F32)
-        else:
-            out = torch.empty(n, dtype=_F32, device=device)
-            wide = torch.empty(n, dtype=torch.int64, device=device)
-            work = [torch.ones((), dtype=_F32, device=device),
-                    torch.empty(n, dtype=_F32, device=device), wide, *wide.view(_F32).view(2, n)]
-        _ratio_into(h, cost, size, last_access, nbhd_cost, state, now, out[:n], *work)
-        return out
+        cpu = device.type == "cpu"
+        w = _WORKSPACE.get(n) if cpu else _Work(n, device)
+        evs = evictable_size
+        if evs is None:
+            evs = _evictable_size_into(size, state, w)
+        score = _ratio_into(h, cost, last_access, nbhd_cost, evs, now, w, exact)
+        if not scratch:
+            return score.clone() if cpu else score
+        return w.score
     if isinstance(h, CustomHeuristic):
         score = torch.as_tensor(h.fn(cost, size, last_access, nbhd_cost, now), device=device)
         if score.shape != cost.shape:
@@ -184,14 +235,18 @@ def score_torch(
     state: torch.Tensor,
     now: int,
     seed: int = 0,
+    evictable_size: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scores of all slots per NOTE [ Scoring rules ].
 
     Args: ``cost`` [N] float32, ``size`` [N] int64 bytes, ``last_access`` [N] int64,
-    ``nbhd_cost`` [N] float32, ``state`` [N] int8, ``now`` int (logical clock).
+    ``nbhd_cost`` [N] float32, ``state`` [N] int8, ``now`` int (logical clock);
+    ``evictable_size`` [N] float32, optional: float32(size) where state is 1 and NaN elsewhere,
+    as a table keeps it (NOTE [ Evictable size ]); made from size and state when None.
     Returns [N] ``heuristic.score_dtype``; non-candidates hold +inf (float) or int64 max.
     """
-    return _scores(heuristic, cost, size, last_access, nbhd_cost, state, now, seed, False)
+    return _scores(heuristic, cost, size, last_access, nbhd_cost, state, now, seed,
+                   evictable_size, scratch=False, exact=True)
 
 
 def _k_smallest(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -224,13 +279,15 @@ def _best_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
     return best.sort().values
 
 
-def _first_min(score: torch.Tensor) -> torch.Tensor:
-    """Position of the first minimum of ``score`` [M] (no NaN), a 0-d int64 tensor."""
+def _first_min(score: torch.Tensor) -> tuple[int, float]:
+    """Position of the first minimum of ``score`` [M] (no NaN), and that minimum."""
     rows = _rows(score)
     if rows is None:
-        return torch.argmin(score)
-    r = int(torch.argmin(rows.amin(1)))
-    return torch.argmin(rows[r]).add_(r * _ROW)
+        i = int(torch.argmin(score))
+        return i, score[i].item()
+    mins = rows.amin(1)
+    r = int(torch.argmin(mins))
+    return r * _ROW + int(torch.argmin(rows[r])), mins[r].item()
 
 
 def select_torch(
@@ -243,27 +300,35 @@ def select_torch(
     now: int,
     k: int = 1,
     seed: int = 0,
+    evictable_size: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ``min(k, #candidates)`` lowest-scoring candidate slots, [k'] int64 on the input's
-    device, ordered by (score, slot id); see NOTE [ Scoring rules ] and [ Lean twin ]."""
+    device, ordered by (score, slot id); see NOTE [ Scoring rules ] and [ Lean twin ].
+    Arguments as for :func:`score_torch`."""
     if cost.numel() == 0 or k <= 0:
         return torch.empty(0, dtype=torch.int64, device=cost.device)
-    score = _scores(heuristic, cost, size, last_access, nbhd_cost, state, now, seed, True)
+    cols = (heuristic, cost, size, last_access, nbhd_cost, state, now, seed, evictable_size)
+    lean = cost.device.type == "cpu" and heuristic in _RATIO  # NOTE [ Lean twin ] 2
+    score = _scores(*cols, scratch=True, exact=not lean)
     if k == 1:
-        i = _first_min(score)
-        if state[i] == RESIDENT_EVICTABLE:  # one host read (NOTE [ Lean twin ] 3)
-            return i.reshape(1)
+        i, low = _first_min(score)
+        if lean and low == -_INF:  # a lean score may be wrong: compute the exact ones
+            i, low = _first_min(_scores(*cols, scratch=True, exact=True))
+        if state[i].item() == RESIDENT_EVICTABLE:  # one host read (NOTE [ Lean twin ] 5)
+            return torch.tensor([i], device=cost.device)
         return (state == RESIDENT_EVICTABLE).nonzero()[:1].reshape(-1)
+    if lean and score.amin().item() == -_INF:
+        score = _scores(*cols, scratch=True, exact=True)
     rows = _rows(score)
     if rows is not None and k <= _MAX_K_ROWS and 2 * k * _ROW <= score.numel():
-        best = _best_rows(rows, k)  # NOTE [ Lean twin ] 4
+        best = _best_rows(rows, k)  # NOTE [ Lean twin ] 6
         sub = rows[best].view(-1, _SUB)  # [k * _ROW / _SUB, _SUB], ascending slots
         best_sub = _best_rows(sub, k)
         pos = torch.sort(sub[best_sub].reshape(-1), stable=True).indices[:k]
         rows_, subs, per = best.tolist(), best_sub.tolist(), _ROW // _SUB  # k ints: on the host
         ids = [rows_[subs[q // _SUB] // per] * _ROW + subs[q // _SUB] % per * _SUB + q % _SUB
                for q in pos.tolist()]
-        if score[ids[-1]] < _worst(score.dtype):  # the k-th is finite: all k are candidates
+        if score[ids[-1]].item() < _worst(score.dtype):  # the k-th is finite: all k are candidates
             return torch.tensor(ids, dtype=torch.int64)
     cand = (state == RESIDENT_EVICTABLE).nonzero().squeeze(1)
     return cand[_k_smallest(score[cand], k)]

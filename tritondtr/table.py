@@ -27,12 +27,27 @@ class SlotState(enum.IntEnum):
 #    an eviction) writes them and, when the device is not the CPU, appends the slot id to a
 #    dirty list: no kernel launch and no host-device synchronisation per op.
 # 2. ``flush()`` applies all staged rows to the device columns in one host-to-device copy (the
-#    dirty rows packed into one [n, 5] int64 buffer, unpacked by index_copy_ on the device),
+#    dirty rows packed into one [n, 6] int64 buffer, unpacked by index_copy_ on the device),
 #    or in one full copy per column when most of the table is dirty or it has grown.
 # 3. Every selection flushes first, so a kernel always reads the current metadata.
 # 4. On a CPU table the device columns *are* the host arrays (zero-copy torch views), so
 #    there is nothing to stage and flush is free.
-# 5. Device bytes per slot: cost 4 + size 8 + last_access 8 + nbhd_cost 4 + state 1 = 25.
+# 5. Device bytes per slot: cost 4 + size 8 + last_access 8 + nbhd_cost 4 + state 1, plus the
+#    derived evictable_size 4 (NOTE [ Evictable size ]) = 29.
+
+# NOTE [ Evictable size ]
+# 1. ``evictable_size`` is derived, never written by a caller: float32(size) where state is
+#    RESIDENT_EVICTABLE, NaN everywhere else (free slots included), the int64 -> float32
+#    rounding of the scoring rules (NOTE [ Scoring rules ] 3).
+# 2. size and state change only through this table's methods, so the column is rewritten there,
+#    for the slots written, on the host; it is staged and flushed like the others.
+# 3. Why: it holds both the candidate test and the float32 size that every ratio score needs,
+#    so a decision reads 4 bytes per slot instead of size's 8 and state's 1 and does not convert
+#    int64 -> float32 (26 us of the 205 us that one dtr decision took at N = 1e5 on a 2-core
+#    AMD EPYC VM, one thread, torch 2.13.0+cpu; docs/benchmarks.md). The cost moves to the
+#    writes of size and state: one more float per slot written.
+# 4. The Triton kernels read size and state as before (the twin is the specification; both
+#    give the same victims).
 
 
 class MetadataTable:
@@ -50,6 +65,12 @@ class MetadataTable:
     state         int8      a :class:`SlotState`
     ============  ========  ======================================================
 
+    and one derived column, kept by the table (NOTE [ Evictable size ]), read by the torch twin:
+
+    ==============  ========  ====================================================
+    evictable_size  float32   float32(size) if state is RESIDENT_EVICTABLE, else NaN
+    ==============  ========  ====================================================
+
     Invariants (checked by :meth:`check_invariants`):
 
     1. A slot is ``FREE`` if and only if it is on the free list, exactly once.
@@ -57,14 +78,17 @@ class MetadataTable:
     3. Non-free slots have ``size >= 0``, ``cost >= 0`` and ``nbhd_cost >= 0`` (NaN excluded).
     4. Free slots hold zeros in every column, so stale metadata never leaks into a new slot.
     5. After :meth:`flush`, the device columns equal the host arrays (NOTE [ Host staging ]).
+    6. ``evictable_size`` is float32(size) where state is ``RESIDENT_EVICTABLE`` and NaN
+       elsewhere, bit for bit (invariant 4 does not apply to it: a free slot holds NaN).
 
     Slots come from a free list (a stack: the last freed slot is reused first); when it runs
     dry the capacity doubles (amortized O(1) per add).
-    Device memory is 25 bytes per slot.
+    Device memory is 29 bytes per slot (25 written, 4 derived).
     """
 
     COLUMNS = ("cost", "size", "last_access", "nbhd_cost", "state")
-    BYTES_PER_SLOT = 25
+    DERIVED = ("evictable_size",)
+    BYTES_PER_SLOT = 29
 
     def __init__(self, capacity: int = 1024, device: torch.device | str | None = None) -> None:
         if not isinstance(capacity, (int, np.integer)) or capacity < 1:
@@ -92,6 +116,7 @@ class MetadataTable:
             "last_access": np.zeros(capacity, np.int64),
             "nbhd_cost": np.zeros(capacity, np.float32),
             "state": np.zeros(capacity, np.int8),
+            "evictable_size": np.full(capacity, np.nan, np.float32),
         }
         for name, arr in new.items():
             if old:
@@ -112,7 +137,7 @@ class MetadataTable:
         self._alloc_host(cap)
 
     def _sync_device_full(self) -> None:
-        for name in self.COLUMNS:
+        for name in self.COLUMNS + self.DERIVED:
             host = torch.from_numpy(getattr(self, "host_" + name))
             self._dev[name] = host if self._zero_copy else host.to(self.device)
         self._dirty.clear()
@@ -139,6 +164,7 @@ class MetadataTable:
         self.host_last_access[slot] = last_access
         self.host_nbhd_cost[slot] = nbhd_cost
         self.host_state[slot] = state
+        self._derive(slot)
         if not self._zero_copy:
             self._dirty.append(slot)
         return slot
@@ -174,6 +200,8 @@ class MetadataTable:
         for name, values in columns.items():
             arr = getattr(self, "host_" + name)
             arr[slots] = _host(values, arr.dtype) if not np.isscalar(values) else values
+        if "size" in columns or "state" in columns:
+            self._derive_many(slots)
         if not self._zero_copy:
             self._dirty.extend(slots.tolist())
 
@@ -185,6 +213,7 @@ class MetadataTable:
 
     def set_state(self, slot: int, state: SlotState) -> None:
         self.host_state[slot] = state
+        self._derive(slot)
         if not self._zero_copy:
             self._dirty.append(slot)
 
@@ -204,6 +233,7 @@ class MetadataTable:
             raise ValueError(f"slot {slot} is already free (double free is a bug of the caller)")
         for name in self.COLUMNS:
             getattr(self, "host_" + name)[slot] = 0
+        self.host_evictable_size[slot] = np.nan
         self._free.append(slot)
         if not self._zero_copy:
             self._dirty.append(slot)
@@ -215,9 +245,22 @@ class MetadataTable:
             raise ValueError("free_many got the same slot twice")
         for name in self.COLUMNS:
             getattr(self, "host_" + name)[slots] = 0
+        self.host_evictable_size[slots] = np.nan
         self._free.extend(slots.tolist())
         if not self._zero_copy:
             self._dirty.extend(slots.tolist())
+
+    def _derive(self, slot: int) -> None:
+        """Rewrite ``evictable_size`` of one slot (NOTE [ Evictable size ])."""
+        if self.host_state[slot] == SlotState.RESIDENT_EVICTABLE:
+            self.host_evictable_size[slot] = self.host_size[slot]  # numpy's int64 -> float32 cast
+        else:
+            self.host_evictable_size[slot] = np.nan
+
+    def _derive_many(self, slots: np.ndarray) -> None:
+        size = self.host_size[slots].astype(np.float32)
+        cand = self.host_state[slots] == SlotState.RESIDENT_EVICTABLE
+        self.host_evictable_size[slots] = np.where(cand, size, np.float32(np.nan))
 
     def _check_live(self, slots: np.ndarray) -> None:
         if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
@@ -241,26 +284,29 @@ class MetadataTable:
             return
         idx = np.unique(np.asarray(self._dirty, dtype=np.int64))
         self._dirty.clear()
-        packed = np.empty((idx.size, 5), dtype=np.int64)
+        packed = np.empty((idx.size, 6), dtype=np.int64)
         packed[:, 0] = idx
         packed[:, 1] = self.host_size[idx]
         packed[:, 2] = self.host_last_access[idx]
-        both = np.empty((idx.size, 2), dtype=np.float32)
-        both[:, 0] = self.host_cost[idx]
-        both[:, 1] = self.host_nbhd_cost[idx]
-        packed[:, 3] = both.view(np.int64)[:, 0]  # cost and nbhd_cost share one int64 lane
-        packed[:, 4] = self.host_state[idx]
+        floats = np.zeros((idx.size, 4), dtype=np.float32)  # two float32 per int64 lane
+        floats[:, 0] = self.host_cost[idx]
+        floats[:, 1] = self.host_nbhd_cost[idx]
+        floats[:, 2] = self.host_evictable_size[idx]
+        packed[:, 3:5] = floats.view(np.int64)
+        packed[:, 5] = self.host_state[idx]
         dev = torch.from_numpy(packed).pin_memory().to(self.device, non_blocking=True)
         didx = dev[:, 0]
-        f = dev[:, 3].contiguous().view(torch.float32).view(-1, 2)
+        f = dev[:, 3:5].contiguous().view(torch.float32)  # [n, 4]
         self._dev["size"].index_copy_(0, didx, dev[:, 1])
         self._dev["last_access"].index_copy_(0, didx, dev[:, 2])
         self._dev["cost"].index_copy_(0, didx, f[:, 0].contiguous())
         self._dev["nbhd_cost"].index_copy_(0, didx, f[:, 1].contiguous())
-        self._dev["state"].index_copy_(0, didx, dev[:, 4].to(torch.int8))
+        self._dev["evictable_size"].index_copy_(0, didx, f[:, 2].contiguous())
+        self._dev["state"].index_copy_(0, didx, dev[:, 5].to(torch.int8))
 
     def columns(self) -> dict[str, torch.Tensor]:
-        """The device columns after a flush: name -> [capacity] tensor on ``device``."""
+        """The device columns after a flush, the derived one included: name -> [capacity]
+        tensor on ``device``."""
         self.flush()
         return dict(self._dev)
 
@@ -311,10 +357,16 @@ class MetadataTable:
         assert (self.host_nbhd_cost[used] >= 0).all(), "invariant 3: negative or NaN nbhd_cost"
         for name in self.COLUMNS:
             assert not getattr(self, "host_" + name)[is_free].any(), f"invariant 4: free {name}"
+        cand = self.host_state == SlotState.RESIDENT_EVICTABLE
+        want = np.where(cand, self.host_size.astype(np.float32), np.float32(np.nan))
+        assert np.array_equal(want.view(np.int32), self.host_evictable_size.view(np.int32)), (
+            "invariant 6: evictable_size is not float32(size) for candidates and NaN elsewhere")
         if not self._dirty and not self._grown:
-            for name in self.COLUMNS:
-                host = torch.from_numpy(getattr(self, "host_" + name))
-                assert torch.equal(self._dev[name].cpu(), host), f"invariant 5: device {name}"
+            for name in self.COLUMNS + self.DERIVED:
+                host, dev = torch.from_numpy(getattr(self, "host_" + name)), self._dev[name].cpu()
+                if name in self.DERIVED:  # bit for bit: its NaNs are not equal to themselves
+                    host, dev = host.view(torch.int32), dev.view(torch.int32)
+                assert torch.equal(dev, host), f"invariant 5: device {name}"
 
 
 def _host(values, dtype) -> np.ndarray:
