@@ -2,8 +2,10 @@
 
 ``python benchmarks/bench_sim_optimum.py`` (a few minutes on 2 CPU cores; ``--full`` adds
 N = 3e4 and 1e5, ``--only theorem`` runs Theorem 3.1 alone, ``--jobs 2`` runs its replays in
-parallel). Writes ``benchmarks/results/sim_theorem31.csv`` / ``.png`` (Theorem 3.1) and
-``sim_optimum.csv`` / ``sim_revolve.png`` (the rest); prints the tables of docs/optimality.md.
+parallel; ``--ns 30000,100000 --heuristics dtr --merge`` reruns those points alone and keeps
+the other rows of sim_theorem31.csv). Writes ``benchmarks/results/sim_theorem31.csv`` /
+``.png`` (Theorem 3.1) and ``sim_optimum.csv`` / ``sim_revolve.png`` (the rest); prints the
+tables of docs/optimality.md.
 
 # NOTE [ Optimum benchmark ]
 # 1. Theorem 3.1: ``generators.chain(N)`` at budget 2*ceil(sqrt(N)) units; the value is the
@@ -26,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
-from harness import Env, Row, Stats, describe_device, plot_rows, write_csv
+from harness import Env, Row, Stats, describe_device, plot_rows, read_csv, write_csv
 
 from tritondtr.sim import generators as gen
 from tritondtr.sim.baseline import baseline
@@ -53,8 +55,9 @@ def theorem_point(n: int, h: str) -> tuple[float, float, str]:
 THEOREM_MAX_N = {"dtr_eq": 100_000, "dtr": 100_000, "lru": 30_000}  # with --full
 
 
-def theorem_rows(rows: list[Row], done: dict, ns: list[int], row) -> None:
-    """Rewrite ``rows`` with the points in ``done`` and write sim_theorem31.csv / .png."""
+def theorem_rows(rows: list[Row], done: dict, ns: list[int], row, kept: list[Row]) -> None:
+    """Rewrite ``rows`` with the points in ``done``, plus the ``kept`` rows of sizes or
+    heuristics not run now, and write sim_theorem31.csv / .png."""
     rows.clear()
     for n in ns:
         b = 2 * math.ceil(math.sqrt(n))
@@ -65,6 +68,10 @@ def theorem_rows(rows: list[Row], done: dict, ns: list[int], row) -> None:
                 value, wall, status = done[n, h]
                 row("theorem31_extra_per_n", h, n, value, "ops/N",
                     f"budget={b};wall_s={wall:.1f}", status)
+    ran = {(r.provider, r.size) for r in rows}
+    order = ("revolve", "dtr_eq", "dtr", "lru")
+    rows.extend(r for r in kept if (r.provider, r.size) not in ran)
+    rows.sort(key=lambda r: (r.size, order.index(r.provider) if r.provider in order else 9))
     dev = rows[0].device
     write_csv(rows, OUT / "sim_theorem31.csv")
     plot_rows(rows, [("theorem31_extra_per_n", "extra operations / N at 2 ceil(sqrt N)")],
@@ -77,6 +84,12 @@ def main(argv=None) -> int:
                     help="Theorem 3.1 up to N = 1e5 (dtr, dtr_eq) and 3e4 (lru)")
     ap.add_argument("--only", choices=["theorem"], help="run one part alone")
     ap.add_argument("--jobs", type=int, default=1, help="parallel Theorem 3.1 replays")
+    ap.add_argument("--ns", type=lambda v: [int(float(x)) for x in v.split(",")],
+                    help="Theorem 3.1 sizes, e.g. 30000,1e5 (default: 100 .. 1e4, --full 1e5)")
+    ap.add_argument("--heuristics", default="dtr_eq,dtr,lru",
+                    help="Theorem 3.1 heuristics, comma separated (default: dtr_eq,dtr,lru)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of sim_theorem31.csv that this run does not redo")
     args = ap.parse_args(argv)
     env, dev = Env.capture(), describe_device("cpu")
     rows: list[Row] = []
@@ -87,8 +100,13 @@ def main(argv=None) -> int:
         print(f"{what:22s} {provider:10s} {size:>8d} {value:12.4f} {unit} {note}", flush=True)
 
     ns = [100, 300, 1000, 3000, 10000] + ([30000, 100000] if args.full else [])
-    points = [(n, h) for n in ns for h in ("dtr_eq", "dtr", "lru")
-              if n <= (THEOREM_MAX_N[h] if args.full else 10000)]
+    if args.ns:
+        ns = args.ns
+    points = [(n, h) for n in ns for h in args.heuristics.split(",")
+              if n <= (THEOREM_MAX_N[h] if args.full or args.ns else 10000)]
+    csv = OUT / "sim_theorem31.csv"
+    kept = [r for r in read_csv(csv) if r.what == "theorem31_extra_per_n"] \
+        if args.merge and csv.exists() else []
     done: dict[tuple[int, str], tuple[float, float, str]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:  # longest first; files rewritten as they end
         todo = sorted(points, key=lambda p: -p[0] ** (1 if p[1] == "dtr_eq" else 2))
@@ -96,7 +114,7 @@ def main(argv=None) -> int:
         for f in as_completed(futures):
             done[futures[f]] = f.result()
             print(f"theorem31 {futures[f]}: {done[futures[f]]}", flush=True)
-            theorem_rows(rows, done, ns, row)
+            theorem_rows(rows, done, ns, row, kept)
     if args.only == "theorem":
         return 0
     rows = []

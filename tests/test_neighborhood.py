@@ -373,8 +373,47 @@ def test_long_evicted_chain_with_many_dirty_residents(heuristic, max_bits, monke
     prefix = np.cumsum([float(i % 7 + 1) for i in range(n)])
     for k, leaf in enumerate(leaves):
         assert _nbhd(eng, leaf) == prefix[300 * k]  # ancestors: chain[0..300k]
+    reg = eng.nbhd.regions
+    assert (reg.backoff >= 1) == (max_bits < 1 << 31)  # rule 7: no retry while it must fail
     eng.remat(chain[1500], n + 1)
     for k, leaf in enumerate(leaves):
         i = 300 * k
         want = prefix[i] - (prefix[1500] if i > 1500 else 0.0)
         assert _nbhd(eng, leaf) == (0.0 if i == 1500 else want)
+    eng.check_invariants()
+
+
+@pytest.mark.parametrize("heuristic", ["dtr", "msps"])
+def test_failed_mask_dfs_backs_off(heuristic, monkeypatch):
+    """NOTE [ Batched regions ] rule 7: after a mask DFS fails for room, the next 1, 2, 4, ..
+    batches skip it (per-slot search, same values); a success resets the backoff."""
+    monkeypatch.setattr(neighborhood, "_BATCH_MIN", 1)
+    monkeypatch.setattr(regions, "_MASK_COST", 0)  # rule 6 never serves: the DFS is tried
+    n = 200
+    eng, chain = _chain(heuristic, [1.0] * n)
+    leaves = [eng.new(1.0, 1, n, [chain[i]]) for i in range(0, n, 20)]
+    reg = eng.nbhd.regions
+    max_bits = 100 * len(eng.nbhd.state)  # room for 100 masks: the 200-chain does not fit
+    tried = []
+    dfs = regions._post_order
+
+    def counting(*args):
+        tried.append(1)
+        return dfs(*args)
+
+    monkeypatch.setattr(regions, "_post_order", counting)
+    for s in chain:
+        eng.evict(s)
+    skips = []
+    for _ in range(12):
+        before = len(tried)
+        assert reg.batch_values(leaves, max_bits) is None  # the per-slot search serves
+        skips.append(len(tried) == before)
+    # fail, skip 1, fail, skip 2, fail, skip 4, fail, skip the first of 8
+    assert skips == [False, True, False, True, True, False] + [True] * 4 + [False, True]
+    assert reg.batch_values(leaves, 1 << 31) is None and reg.skip == 6  # still skipping
+    reg.skip = 0
+    got = reg.batch_values(leaves, 1 << 31)  # room enough now: the DFS succeeds
+    assert reg.backoff == 0
+    value = reg.value_ancestors if heuristic == "msps" else reg.value_exact
+    assert got == [value(leaf) for leaf in leaves]

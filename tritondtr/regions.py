@@ -37,6 +37,11 @@ containers of a :class:`~tritondtr.neighborhood.Neighborhood`, shared, not copie
 #    with a budget of _MASK_COST node visits per mask dropped since masks were last built
 #    (``dropped``, counted by the staging searches), and uses the masks only if the search
 #    runs out. Either way the values are the same (rule 3).
+# 7. A mask DFS that fails for room (rule 5) would fail again at the next batches: the long
+#    evicted chain that filled it is still there (the Theorem 3.1 chain at N = 3e4: a failed
+#    DFS visits ~35k slots, and was retried at every batch). So after a failure the next 1,
+#    2, 4, .. (doubling on every failure in a row, at most _MAX_BACKOFF) batches use the
+#    per-slot search without trying; a DFS that succeeds resets the backoff.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ _BATCH_MIN = 4
 _MAX_BATCH_CAPACITY = 1 << 20
 _MAX_CACHE_BITS = 1 << 31  # 256 MiB of masks
 _MASK_COST = 2  # rule 6: search visits one dropped mask is worth (measured, docs/engine.md)
+_MAX_BACKOFF = 1024  # rule 7: batches skipped at most after failed mask DFS runs
 
 
 def _post_order(
@@ -109,6 +115,8 @@ class Regions:
         self.clo_up: dict[int, int] = {}
         self.clo_down: dict[int, int] = {}
         self.dropped = 0  # masks dropped since masks were last built (rule 6)
+        self.skip = 0  # batches that use the per-slot search without a mask DFS (rule 7)
+        self.backoff = 0  # the last skip granted, doubled on every failure in a row
 
     # -------------------------------------------------------------- per slot
     def region(self, r: int, adj: list[list[int]], limit: int = -1) -> set[int] | None:
@@ -191,6 +199,9 @@ class Regions:
             vals = self.values_within(slots, _MASK_COST * self.dropped)
             if vals is not None:
                 return vals
+        if self.skip:  # rule 7
+            self.skip -= 1
+            return None
         if len(self.clo_up) + len(self.clo_down) > max_masks // 2:
             self.clo_up.clear()
             self.clo_down.clear()
@@ -202,10 +213,12 @@ class Regions:
         room = max_masks - len(self.clo_up) - len(self.clo_down)
         for adj, clo in dirs:
             post = _post_order(slots, adj, st, clo, room)
-            if post is None:  # too many new masks: per-slot search (rule 5)
+            if post is None:  # too many new masks: per-slot search (rule 5), back off (rule 7)
+                self.backoff = self.skip = min(max(1, 2 * self.backoff), _MAX_BACKOFF)
                 return None
             room -= len(post)
             posts.append(post)
+        self.backoff = 0
         masks = [0] * len(slots)
         for (adj, clo), post in zip(dirs, posts):
             for u in post:
