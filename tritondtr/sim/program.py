@@ -33,7 +33,11 @@ class Program:
     op_cost         O          compute cost (ns)
     op_new_parents  O          distinct input storages (parents of its fresh outputs)
     op_views        O          ``[(storage, other input storages), ...]`` for the distinct
-                               storages its views land on (cost and edges added there)
+                               storages its views land on (cost and edges added there);
+                               ``()`` for an op with no view output
+    op_out_st       O          storage of each output, in output order (a tuple)
+    op_fresh_st     O          storages its fresh outputs create, in output order (a tuple;
+                               the same object as ``op_out_st[o]`` when it has no view)
     st_size         S          bytes of the storage
     st_tensors      S          tensors viewing the storage (root first)
     ev_kind, ev_arg E          the event stream (:class:`EventKind`, op or tensor id)
@@ -51,6 +55,8 @@ class Program:
     op_cost: list
     op_new_parents: list
     op_views: list
+    op_out_st: list
+    op_fresh_st: list
     st_size: list
     st_tensors: list
     ev_kind: list
@@ -90,17 +96,25 @@ def compile_trace(trace: Trace) -> Program:
     out_ptr = trace.out_ptr.tolist()
     op_inputs = [inputs[in_ptr[o]:in_ptr[o + 1]] for o in range(trace.num_ops)]
     alias_l = alias.tolist()
-    op_new_parents, op_views = [], []
+    op_new_parents, op_views, op_out_st, op_fresh_st = [], [], [], []
     for o, ins in enumerate(op_inputs):
         in_st = list(dict.fromkeys(sid_list[t] for t in ins))
         op_new_parents.append(in_st)
+        lo, hi = out_ptr[o], out_ptr[o + 1]
+        outs = tuple(sid_list[lo:hi])
+        op_out_st.append(outs)
+        if all(alias_l[t] < 0 for t in range(lo, hi)):
+            op_views.append(())
+            op_fresh_st.append(outs)
+            continue
         seen: list = []
-        for t in range(out_ptr[o], out_ptr[o + 1]):
+        for t in range(lo, hi):
             if alias_l[t] >= 0:
                 s = sid_list[t]
                 if all(s != x for x, _ in seen):
                     seen.append((s, [p for p in in_st if p != s]))
         op_views.append(seen)
+        op_fresh_st.append(tuple(sid_list[t] for t in range(lo, hi) if alias_l[t] < 0))
     n_st = int(is_fresh.sum())
     st_tensors: list[list[int]] = [[] for _ in range(n_st)]
     for t, s in enumerate(sid_list):
@@ -119,6 +133,8 @@ def compile_trace(trace: Trace) -> Program:
         op_cost=trace.op_cost.tolist(),
         op_new_parents=op_new_parents,
         op_views=op_views,
+        op_out_st=op_out_st,
+        op_fresh_st=op_fresh_st,
         st_size=trace.size[is_fresh].tolist(),
         st_tensors=st_tensors,
         ev_kind=trace.kind.tolist(),

@@ -22,6 +22,28 @@
 #    rematerialization compute exceeds ``(overhead_limit - 1) x`` the baseline compute,
 #    checked after every rematerialization. Overhead = clock / baseline compute, also at the
 #    point of failure.
+#
+# NOTE [ Lazy replay ]
+# 1. Nothing is evicted by the heuristic while ``memory + op bytes <= budget``, so until then
+#    the engine's per-event work (table rows, neighbourhoods, locks, access times) cannot
+#    change a decision. A replay starts *lazy*: it calls no engine method. A new storage gets
+#    a placeholder slot; the calls that build the engine's state (new, set_cost, add_parents,
+#    pin, evict, remat) are appended to a log in order, with the arguments they would have
+#    had; last access times live in ``last`` only; no lock is taken.
+# 2. The first op that needs room *syncs* the replay before any victim is asked for: the log
+#    is replayed on the engine in order (the same calls with the same arguments, so the table,
+#    the neighbourhoods and the eqclass forest come out as an eager replay leaves them), then
+#    every storage whose last access is newer than what its new / remat set gets one
+#    ``access``, then the locks held at that point (the inputs of the op in flight and of the
+#    rematerializations under way) are taken. From then on every call goes to the engine at
+#    once. A replay that never needs room (e.g. ratio 1.0 of a trace without transient
+#    copies) never touches the engine.
+# 3. What the sync leaves out cannot matter: ``access`` only sets ``last_access`` (the last
+#    value wins, and ``last`` holds it) and touches no neighbourhood; a lock taken and
+#    released before the sync leaves the state it found; the engine's choice cache starts
+#    empty. The slots the engine hands out replace the placeholders.
+# 4. ``ties="simrd"`` replays synced from the start (its pool reads the engine's locks);
+#    ``lazy=False`` does the same, for tests that compare the two.
 """
 
 from __future__ import annotations
@@ -41,6 +63,13 @@ from .program import (
 from .ties import PoolOrder
 
 __all__ = ["RunStats", "replay_program"]
+
+# Deferred engine calls (NOTE [ Lazy replay ] 1): (_NEW, storage, op, now), (_COST, storage,
+# cost), (_EDGES, storage, parent storages), (_PIN, storage), (_EVICT, storage),
+# (_REMAT, storage, now).
+_NEW, _COST, _EDGES, _PIN, _EVICT, _REMAT = range(6)
+_UNSYNCED = 1 << 62  # the placeholder slot of a storage created while lazy
+_BLOCK = 4096  # events between two ``on_event`` calls
 
 
 class _Fail(Exception):
@@ -70,17 +99,20 @@ def replay_program(
     remat_limit: float,
     on_event: Callable[[int], None] | None = None,
     ties: str = "slot",
+    lazy: bool = True,
 ) -> RunStats:
     """Replay ``prog`` under ``budget`` bytes on a fresh ``engine`` (NOTE [ Replay semantics ]).
 
     ``engine`` is a :class:`tritondtr.engine.Engine` (or anything with its interface) that
-    owns all metadata and chooses every victim. ``on_event(i)`` is called every 4096 events.
-    ``ties``: ``"slot"`` (the engine's rule) or ``"simrd"`` (NOTE [ Tie order ]).
+    owns all metadata and chooses every victim. ``on_event(i)`` is called before events
+    ``i = 0, 4096, 8192, ...``. ``ties``: ``"slot"`` (the engine's rule) or ``"simrd"``
+    (NOTE [ Tie order ]). ``lazy=False`` updates the engine from the first event instead of
+    from the first eviction (NOTE [ Lazy replay ]; same results).
     """
     if ties not in ("slot", "simrd"):
         raise ValueError(f"ties must be 'slot' (the engine's rule) or 'simrd', got {ties!r}")
-    run = _Run(prog, engine, budget, remat_limit)
-    run.pool = PoolOrder(max(1024, prog.num_storages)) if ties == "simrd" else None
+    pool = PoolOrder(max(1024, prog.num_storages)) if ties == "simrd" else None
+    run = _Run(prog, engine, budget, remat_limit, pool, lazy and pool is None)
     t0 = time.perf_counter()
     status = "ok"
     try:
@@ -96,7 +128,8 @@ def replay_program(
 class _Run:
     """Mutable state of one replay; tensors and storages are the program's dense ids."""
 
-    def __init__(self, prog: Program, engine, budget: int, remat_limit: float) -> None:
+    def __init__(self, prog: Program, engine, budget: int, remat_limit: float,
+                 pool: PoolOrder | None, lazy: bool) -> None:
         self.p = prog
         self.e = engine
         self.budget = budget
@@ -114,62 +147,64 @@ class _Run:
         self.mem = self.peak = 0
         self.evictions = self.eager = self.remats = self.selections = 0
         self.remat_compute = 0.0
-        self.pool: PoolOrder | None = None  # NOTE [ Tie order ]
+        self.pool = pool  # NOTE [ Tie order ]
+        self.lazy = lazy  # NOTE [ Lazy replay ]
+        self.log: list[tuple] = []
 
     # ------------------------------------------------------------------ events
     def run(self, on_event) -> None:
-        p, e = self.p, self.e
+        p = self.p
         sid, refs, material, pinned = p.sid, self.refs, self.material, self.pinned
-        for i, (k, a) in enumerate(zip(p.ev_kind, p.ev_arg)):
-            if k == KIND_RELEASE:
-                s = sid[a]
-                refs[s] -= 1
-                if refs[s] == 0 and material[s] and not pinned[s]:
-                    self.eager += 1
-                    self._evict(s)
-            elif k == KIND_CALL:
-                self._call(a)
-            elif k == KIND_RETAIN:
-                refs[sid[a]] += 1
-            elif k == KIND_CONSTANT:
-                self._call(a)
-                s = sid[p.op_lo[a]]
-                pinned[s] = 1
-                e.pin(self.slot[s])
-            elif k == KIND_OUTPUT:
-                if not self.defined[a]:
-                    self._materialize(a, True)
-                s = sid[a]
-                if not pinned[s]:
-                    pinned[s] = 1
-                    e.pin(self.slot[s])
-            if on_event is not None and not i & 4095:
+        kinds, args, call = p.ev_kind, p.ev_arg, self._call
+        for i in range(0, len(kinds), _BLOCK):
+            if on_event is not None:
                 on_event(i)
+            for k, a in zip(kinds[i:i + _BLOCK], args[i:i + _BLOCK]):
+                if k == KIND_RELEASE:
+                    s = sid[a]
+                    r = refs[s] = refs[s] - 1
+                    if not r and material[s] and not pinned[s]:
+                        self.eager += 1
+                        self._evict(s)
+                elif k == KIND_CALL:
+                    call(a)
+                elif k == KIND_RETAIN:
+                    refs[sid[a]] += 1
+                elif k == KIND_CONSTANT:
+                    call(a)
+                    self._pin(sid[p.op_lo[a]])
+                elif k == KIND_OUTPUT:
+                    if not self.defined[a]:
+                        self._materialize(a, True)
+                    self._pin(sid[a])
 
     def _call(self, o: int) -> None:
+        """The first run of op ``o`` (its CALL or CONSTANT event)."""
         p, e = self.p, self.e
-        sid, refs = p.sid, self.refs
-        lo, hi = p.op_lo[o], p.op_hi[o]
-        for t in range(lo, hi):
-            refs[sid[t]] += 1
-        for s, parents in p.op_views[o]:  # a view op adds its cost and edges to the base
-            self.cost[s] += p.op_cost[o]
-            e.set_cost(self.slot[s], self.cost[s])
-            if parents:
-                e.add_parents(self.slot[s], [self.slot[q] for q in parents])
+        refs, lazy = self.refs, self.lazy
+        outs = p.op_out_st[o]
+        for s in outs:
+            refs[s] += 1
+        if p.op_views[o]:
+            self._views(o)
         defined = self.defined
         for q in p.op_inputs[o]:
             if not defined[q] or self.pool is not None:
-                self._materialize(lo, False)
+                self._materialize(p.op_lo[o], False)
+                lazy = self.lazy
                 break
         else:  # fast path: every input is resident (NOTE [ Replay semantics ] 3)
             now, last, slot = self.clock, self.last, self.slot
             parents = p.op_new_parents[o]  # the distinct input storages
             for s in parents:
                 last[s] = now
-                e.access(slot[s], now)
+                if not lazy:
+                    e.access(slot[s], now)
             need = p.op_total[o]
             if self.mem + need > self.budget:
+                if lazy:
+                    self._sync([])
+                    lazy = False
                 # Locks only matter while victims are chosen; taking them just for the
                 # eviction loop is equivalent and saves two engine calls per input.
                 for s in parents:
@@ -177,18 +212,55 @@ class _Run:
                 self._free(need)
                 for s in parents:
                     e.unlock(slot[s])
-            self._compute(lo, o, False)
-        now, last, slot = self.clock, self.last, self.slot
-        for t in range(lo, hi):
-            s = sid[t]
-            last[s] = now
-            e.access(slot[s], now)
+            if self.pool is not None:
+                self._compute(p.op_lo[o], o, False)
+            else:  # _compute for a first run: nothing defined, only fresh storages are born
+                self._first_run(o, need)
+        now, last = self.clock, self.last
+        if lazy:
+            for s in outs:
+                last[s] = now
+        else:
+            slot = self.slot
+            for s in outs:
+                last[s] = now
+                e.access(slot[s], now)
+
+    def _first_run(self, o: int, need: int) -> None:
+        """``_compute`` for the first run of ``o`` with its inputs resident: no output is
+        defined yet, its fresh outputs are born, its views land on resident storages."""
+        p = self.p
+        cost = p.op_cost[o]
+        now = self.clock = self.clock + cost
+        mem = self.mem = self.mem + need
+        if mem > self.peak:
+            self.peak = mem
+        defined, material, new = self.defined, self.material, self._new
+        for t in range(p.op_lo[o], p.op_hi[o]):
+            defined[t] = 1
+        for s in p.op_fresh_st[o]:
+            material[s] = 1
+            new(s, o, cost, now)
+
+    def _views(self, o: int) -> None:
+        """A view op adds its cost and its other inputs as parents to the base storage."""
+        cost, slot, e = self.cost, self.slot, self.e
+        for s, parents in self.p.op_views[o]:
+            cost[s] += self.p.op_cost[o]
+            if self.lazy:
+                self.log.append((_COST, s, cost[s]))
+                if parents:
+                    self.log.append((_EDGES, s, parents))
+            else:
+                e.set_cost(slot[s], cost[s])
+                if parents:
+                    e.add_parents(slot[s], [slot[q] for q in parents])
 
     # ------------------------------------------------------- (re)materializing
     def _materialize(self, target: int, remat: bool) -> None:
         """Make tensor ``target`` defined (NOTE [ Replay semantics ] 3), without recursion."""
-        p, e = self.p, self.e
-        sid, defined, op_of, slot = p.sid, self.defined, p.op_of, self.slot
+        p = self.p
+        sid, defined, op_of = p.sid, self.defined, p.op_of
         # A frame: [tensor, remat flag, inputs, missing inputs, next missing index].
         stack = [self._enter(target, remat)]
         while stack:
@@ -198,7 +270,7 @@ class _Run:
                 q = missing[j]
                 if not defined[q]:
                     break
-                e.lock(slot[sid[q]])
+                self._lock(sid[q])
                 j += 1
             frame[4] = j
             if j < len(missing):
@@ -208,38 +280,42 @@ class _Run:
             o = op_of[t]
             need = p.op_total[o]
             if self.mem + need > self.budget:
+                if self.lazy:
+                    self._sync(_held(stack, sid))
                 self._free(need)
             self._compute(t, o, is_remat)
             for q in ins:
-                e.unlock(slot[sid[q]])
-                if self.pool is not None and not e.lock_count(slot[sid[q]]) \
-                        and not self.pinned[sid[q]]:
-                    self.pool.stamp(slot[sid[q]])
+                s = sid[q]
+                self._unlock(s)
+                if self.pool is not None and not self.e.lock_count(self.slot[s]) \
+                        and not self.pinned[s]:
+                    self.pool.stamp(self.slot[s])
             stack.pop()
             if stack:  # the parent frame's missing input is now defined: lock it
                 parent = stack[-1]
-                e.lock(slot[sid[parent[3][parent[4]]]])
+                self._lock(sid[parent[3][parent[4]]])
                 parent[4] += 1
 
     def _enter(self, t: int, remat: bool) -> list:
-        p, e = self.p, self.e
-        sid, defined, slot, last = p.sid, self.defined, self.slot, self.last
+        p = self.p
+        sid, defined, last = p.sid, self.defined, self.last
         ins = p.op_inputs[p.op_of[t]]
         now = self.clock
         missing = []
         for q in ins:
             s = sid[q]
             last[s] = now
-            e.access(slot[s], now)
+            if not self.lazy:
+                self.e.access(self.slot[s], now)
         for q in ins:
             if defined[q]:
-                e.lock(slot[sid[q]])
+                self._lock(sid[q])
             else:
                 missing.append(q)
         return [t, remat, ins, missing, 0]
 
     def _compute(self, t: int, o: int, remat: bool) -> None:
-        p, e = self.p, self.e
+        p = self.p
         sid, fresh, defined, material = p.sid, p.fresh, self.defined, self.material
         lo, hi = p.op_lo[o], p.op_hi[o]
         dup = 0
@@ -262,13 +338,11 @@ class _Run:
         now, slot = self.clock, self.slot
         for s in born:
             if slot[s] < 0:
-                self.cost[s] = cost
-                parents = [slot[q] for q in p.op_new_parents[o]]
-                slot[s] = e.new(cost, p.st_size[s], now, parents)
-                self.sid_of_slot[slot[s]] = s
-                self.last[s] = now
+                self._new(s, o, cost, now)
+            elif self.lazy:
+                self.log.append((_REMAT, s, self.last[s]))
             else:
-                e.remat(slot[s], self.last[s])
+                self.e.remat(slot[s], self.last[s])
         if self.pool is not None:  # siblings first, then t (NOTE [ Tie order ] 2)
             ts = sid[t]
             for s in born:
@@ -281,6 +355,69 @@ class _Run:
             self.remat_compute += cost
             if self.remat_compute > self.remat_limit:
                 raise _Fail("thrash")
+
+    def _new(self, s: int, o: int, cost: float, now: float) -> None:
+        """Storage ``s`` is created by op ``o``'s first run, at ``now``."""
+        self.cost[s] = cost
+        self.last[s] = now
+        if self.lazy:
+            self.slot[s] = _UNSYNCED
+            self.log.append((_NEW, s, o, now))
+        else:
+            slot = self.slot
+            v = self.e.new(cost, self.p.st_size[s], now,
+                           [slot[q] for q in self.p.op_new_parents[o]])
+            slot[s] = v
+            self.sid_of_slot[v] = s
+
+    # ------------------------------------------------------------ engine calls
+    def _lock(self, s: int) -> None:
+        if not self.lazy:
+            self.e.lock(self.slot[s])
+
+    def _unlock(self, s: int) -> None:
+        if not self.lazy:
+            self.e.unlock(self.slot[s])
+
+    def _pin(self, s: int) -> None:
+        if self.pinned[s]:
+            return
+        self.pinned[s] = 1
+        if self.lazy:
+            self.log.append((_PIN, s))
+        else:
+            self.e.pin(self.slot[s])
+
+    def _sync(self, held: list[int]) -> None:
+        """NOTE [ Lazy replay ] 2: bring the engine up to date; ``held``: storages locked now."""
+        p, e, slot, last = self.p, self.e, self.slot, self.last
+        stamped = {}  # storage -> the last access its new / remat gave the engine
+        for entry in self.log:
+            k, s = entry[0], entry[1]
+            if k == _NEW:
+                o, now = entry[2], entry[3]
+                v = e.new(p.op_cost[o], p.st_size[s], now, [slot[q] for q in p.op_new_parents[o]])
+                slot[s] = v
+                self.sid_of_slot[v] = s
+                stamped[s] = now
+            elif k == _EVICT:
+                e.evict(slot[s])
+            elif k == _REMAT:
+                e.remat(slot[s], entry[2])
+                stamped[s] = entry[2]
+            elif k == _COST:
+                e.set_cost(slot[s], entry[2])
+            elif k == _EDGES:
+                e.add_parents(slot[s], [slot[q] for q in entry[2]])
+            else:
+                e.pin(slot[s])
+        for s, now in stamped.items():
+            if last[s] != now:
+                e.access(slot[s], last[s])
+        for s in held:
+            e.lock(slot[s])
+        self.log = []
+        self.lazy = False
 
     # ----------------------------------------------------------------- eviction
     def _free(self, need: int) -> None:
@@ -299,4 +436,21 @@ class _Run:
         defined = self.defined
         for u in self.p.st_tensors[s]:
             defined[u] = 0
-        self.e.evict(self.slot[s])
+        if self.lazy:
+            self.log.append((_EVICT, s))
+        else:
+            self.e.evict(self.slot[s])
+
+
+def _held(stack: list, sid: list) -> list[int]:
+    """The storages locked by the frames of ``_materialize``'s stack (with multiplicity): each
+    frame's inputs but its missing ones still to be computed (NOTE [ Lazy replay ] 2)."""
+    held = []
+    for frame in stack:
+        pending = frame[3][frame[4]:]
+        for q in frame[2]:
+            if q in pending:
+                pending.remove(q)
+            else:
+                held.append(sid[q])
+    return held
