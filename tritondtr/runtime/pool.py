@@ -85,9 +85,12 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    backward (masked scores, pre-dropout masks, the qkv projection), all "just used", and
 #    evicted the saved activations recomputed with them, then recomputed those again: each
 #    storage 2.2 times on average, ~530 rematerializations per step. With this rule: ~295,
-#    1.3 times each, about 40 % less recomputation time; the zoo at 70 / 50 / 30 % has as
-#    many or fewer (docs/benchmarks.md, Runtime). Only victims change: values, peaks bound and
-#    gradients are as before.
+#    1.3 times each, about 40 % less recomputation time. The zoo at 70 / 50 / 30 / 20 %: fewer
+#    in 9 of 16 settings (LSTM at 30 %: 702 -> 296), the same within 5 % in 6, more in one
+#    (MLP at 30 %: 70 against 60); the demo: about half as many from 40 % to 20 % of its
+#    peak, but one of eight runs at its lowest budget (11.2 %) hit a BudgetError
+#    (docs/benchmarks.md, Runtime). Only victims change: values, the peak bound and gradients
+#    are as before.
 """
 
 from __future__ import annotations
