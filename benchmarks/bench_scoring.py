@@ -6,12 +6,19 @@ CPU) or ``--full`` (the committed sweep); see benchmarks/README.md and docs/benc
 
 # NOTE [ Scoring benchmark ]
 # 1. Providers: ``triton`` (the kernels on CUDA), ``torch-cuda`` (the unfused torch twin on
-#    CUDA tensors), ``torch`` (the twin on CPU), ``numpy`` (vectorised float32, same formula),
+#    CUDA tensors), ``torch`` (the twin on CPU, on a table's columns), ``torch-bare`` (the
+#    twin on CPU on the five bare columns), ``numpy`` (vectorised float32, same formula),
 #    ``python`` (a scan of the candidate pool, one heuristic call per candidate, like the
-#    original DTR simulator). The three GPU-free ones run on every machine.
+#    original DTR simulator). The four GPU-free ones run on every machine.
 # 2. One decision = ``tritondtr.policy.select(..., k=1)`` on prepared columns (already on the
 #    device, nothing staged), ending with the victim id on the host: for the device providers
-#    the device-to-host read is inside the timed call.
+#    the device-to-host read is inside the timed call. ``torch`` is
+#    ``MetadataTable.select`` on a CPU table (which passes the twin its five columns, the
+#    derived ``evictable_size`` and its clock bounds: NOTE [ Evictable size ], [ Clock
+#    bounds ]); ``torch-bare`` is ``policy.select`` on the five columns only, as a caller
+#    without a table (the twin then makes evictable_size per call and subtracts clocks in
+#    int64); ``numpy`` and ``python`` get the five. The device providers get the table's
+#    columns on the device.
 # 3. Every provider's victim is checked against the torch twin's at every size before it is
 #    timed; a mismatch is printed, noted in the rows and makes the exit status 2.
 # 4. Bandwidth = BYTES_READ[heuristic] * N / latency (25 B/slot for dtr), compared with the
@@ -51,12 +58,13 @@ from scoring_baselines import (
     select_numpy,
     select_python,
     synthetic_columns,
+    synthetic_table,
 )
 from tqdm import tqdm
 
-from tritondtr import Heuristic, policy
+from tritondtr import Heuristic, MetadataTable, policy
 
-PROVIDERS = ("triton", "torch-cuda", "torch", "numpy", "python")
+PROVIDERS = ("triton", "torch-cuda", "torch", "torch-bare", "numpy", "python")
 ON_CUDA = ("triton", "torch-cuda")
 QUICK_SIZES = (10**3, 10**4, 10**5, 10**6)
 FULL_SIZES = tuple(int(m * 10**e) for e in range(3, 8) for m in (1, 3))[:-1]  # 1e3 .. 1e7
@@ -79,9 +87,12 @@ def parse_size(text: str) -> int:
     return n
 
 
-def decision(provider: str, h: Heuristic, cols: dict, now: int, seed: int):
-    """The zero-argument call that makes one decision, returning the victim ids (host)."""
-    if provider in ("triton", "torch-cuda", "torch"):
+def decision(provider: str, h: Heuristic, cols: dict | MetadataTable, now: int, seed: int):
+    """The zero-argument call that makes one decision, returning the victim ids (host).
+    ``cols``: columns, or for ``torch`` the table (rule 2)."""
+    if provider == "torch":
+        return lambda: cols.select(h, now, k=1, backend="torch", seed=seed).tolist()
+    if provider in ("triton", "torch-cuda", "torch-bare"):
         backend = "triton" if provider == "triton" else "torch"
         return lambda: policy.select(h, cols, now, k=1, backend=backend, seed=seed).tolist()
     if provider == "numpy":
@@ -150,7 +161,7 @@ def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
     return out, lines
 
 
-def run_case(p: str, n: int, h: Heuristic, cols: dict, now: int, ref: list[int], seed: int,
+def run_case(p: str, n: int, h: Heuristic, cols, now: int, ref: list[int], seed: int,
              repeats: int, budget: float, make, copy_gbs: dict[str, float]) -> list[Row]:
     """Check provider ``p``'s victim against ``ref`` (rule 3), time it, return its rows."""
     fn = decision(p, h, cols, now, seed)
@@ -204,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     h = Heuristic(args.heuristic)
     env = Env.capture()
     caps = {"python": (args.python_max, "--python-max"), "torch": (args.cpu_max, "--cpu-max"),
+            "torch-bare": (args.cpu_max, "--cpu-max"),
             "numpy": (args.cpu_max, "--cpu-max")}
     providers, notes = [], []
     if hasattr(os, "getloadavg"):  # a busy machine is a noisy one: say how busy it was
@@ -246,13 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         for n, ps in todo.items():
             if not ps:
                 continue
-            cpu_cols, now = synthetic_columns(n, seed=args.seed, evictable=args.evictable)
+            bare, now = synthetic_columns(n, seed=args.seed, evictable=args.evictable)
+            table = synthetic_table(bare)  # rule 2
+            cpu_cols = table.columns()
             gpu_cols = {k: v.cuda() for k, v in cpu_cols.items()} if cuda else None
             ref_cols = gpu_cols if cuda else cpu_cols  # the twin, on the fastest device
             ref = policy.select(h, ref_cols, now, backend="torch", seed=args.seed).tolist()
             for p in ps:
                 bar.set_postfix_str(f"{p} N={n:,}")
-                cols = gpu_cols if p in ON_CUDA else cpu_cols
+                cols = gpu_cols if p in ON_CUDA else table if p == "torch" else bare
                 try:
                     rows += run_case(p, n, h, cols, now, ref, args.seed, repeats, budget,
                                      make, copy_gbs)
@@ -260,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     notes.append(f"{p} failed at N = {n:,}: {type(e).__name__}: {e}")
                     print(notes[-1], file=sys.stderr)
                 bar.update()
-            del cpu_cols, gpu_cols, ref_cols
+            del bare, table, cpu_cols, gpu_cols, ref_cols
 
     if h is Heuristic.DTR:
         target_rows, verdicts = targets(rows, make)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tritondtr import Heuristic
+from tritondtr import Heuristic, MetadataTable
 from tritondtr.scoring import RESIDENT_EVICTABLE, random_base
 
 __all__ = ["BYTES_READ", "PyColumns", "score_numpy", "select_numpy", "select_python",
-           "synthetic_columns"]
+           "synthetic_columns", "synthetic_table"]
 
 COLUMNS = ("cost", "size", "last_access", "nbhd_cost", "state")
 
@@ -33,7 +33,8 @@ BYTES_READ: dict[Heuristic, int] = {
     Heuristic.SIZE: 9,  # size + state
     Heuristic.RANDOM: 1,  # state only: the score is a hash of the slot id
 }
-"""Device bytes a selection must read per slot: the columns its formula uses."""
+"""Device bytes a selection must read per slot: the columns its formula uses. The torch twin on
+a table's columns reads evictable_size (4) instead of size and state (9): 20 bytes for dtr."""
 
 _M32 = 0xFFFFFFFF
 
@@ -63,6 +64,14 @@ def synthetic_columns(
     cols = {"cost": cost, "size": size, "last_access": last_access, "nbhd_cost": nbhd_cost,
             "state": state}
     return cols, now
+
+
+def synthetic_table(cols: dict[str, torch.Tensor]) -> MetadataTable:
+    """A CPU :class:`MetadataTable` holding ``cols`` in slots 0..N-1 (its columns: the five,
+    plus the derived ``evictable_size``; NOTE [ Evictable size ], [ Clock bounds ])."""
+    table = MetadataTable(cols["cost"].numel(), device="cpu")
+    table.add_many(**{k: v.numpy() for k, v in cols.items()})
+    return table
 
 
 # ------------------------------------------------------------------------------ numpy

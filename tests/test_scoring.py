@@ -80,10 +80,11 @@ def extreme_columns(n, seed):
     return cost, size, last, nbhd, state
 
 
-def check_against_reference(h, cols, now, seed):
+def check_against_reference(h, cols, now, seed, **hints):
+    """``hints``: evictable_size and clock_bounds for the twin."""
     cost, size, last, nbhd, state = cols
     n = cost.numel()
-    got = score_torch(h, *cols, now, seed)
+    got = score_torch(h, *cols, now, seed, **hints)
     assert got.dtype == h.score_dtype
     for i in range(n):
         if state[i] != 1:
@@ -96,7 +97,7 @@ def check_against_reference(h, cols, now, seed):
     cand = [i for i in range(n) if state[i] == 1]
     order = sorted(cand, key=lambda i: (got[i].item(), i))
     for k in (1, 3, 8, n + 5):
-        sel = select_torch(h, *cols, now, k, seed)
+        sel = select_torch(h, *cols, now, k, seed, **hints)
         assert sel.dtype == torch.int64
         assert sel.tolist() == order[:k]
 
@@ -267,10 +268,15 @@ I64 = torch.iinfo(torch.int64)
      (7, 2**32 + 3), (7, I64.min), (7, I64.max), (-3, 2)],
     ids=lambda v: str(v),
 )
-def test_both_clock_paths_match_the_reference(now, edge):
-    """NOTE [ Lean twin ] 3: the int32 path where every last_access and now lie in [0, 2**31),
+@pytest.mark.parametrize("n", [127, 5000], ids=lambda n: f"N{n}")
+def test_both_clock_paths_match_the_reference(now, edge, n):
+    """NOTE [ Lean twin ] 3: the int32 path where the clock bounds and now lie in [0, 2**31),
     int64 elsewhere; one edge value moves a column of small clocks across that boundary."""
-    cost, size, last, nbhd, state = make_columns(5000, seed=9)
+    cost, size, last, nbhd, state = make_columns(n, seed=9)
     last = (now - last).clamp(0, 2**31 - 1)
-    last[1234], state[1234], size[1234], cost[1234] = edge, 1, 256, 1.0  # a finite score if s > 0
-    check_against_reference(Heuristic.DTR, (cost, size, last, nbhd, state), now=now, seed=0)
+    last[100], state[100], size[100], cost[100] = edge, 1, 256, 1.0  # a finite score if s > 0
+    cols = (cost, size, last, nbhd, state)
+    bounds = (int(last.min()), int(last.max()))
+    for h in (Heuristic.DTR, Heuristic.DTR_LOCAL):
+        check_against_reference(h, cols, now=now, seed=0, clock_bounds=bounds,
+                                evictable_size=evictable_size(size, state))

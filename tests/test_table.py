@@ -110,24 +110,31 @@ def test_evictable_size_is_torch_float32_of_size_for_candidates():
     assert torch.equal(cols["evictable_size"][[0, 3, 4]], awkward)
 
 
+@pytest.mark.parametrize("clock", [0, -20, 2**31 - 8], ids=["int32", "negative", "int64"])
 @pytest.mark.parametrize("h", ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size", "random"])
-def test_select_from_the_table_equals_select_from_bare_columns(h):
-    """The table passes evictable_size to the twin; bare columns make it per call."""
+def test_select_from_the_table_equals_select_from_bare_columns(h, clock):
+    """The table passes evictable_size and its clock bounds to the twin; bare columns make
+    the first per call and go without the second (NOTE [ Evictable size ], [ Clock bounds ])."""
     from tritondtr import policy
 
     rng = np.random.default_rng(3)
     table = MetadataTable(16, device="cpu")
     n = 9000
-    slots = table.add_many(rng.random(n) * 10, rng.integers(0, 4, n) * 256, rng.integers(0, 12, n),
+    slots = table.add_many(rng.random(n) * 10, rng.integers(0, 4, n) * 256,
+                           clock + rng.integers(0, 12, n),
                            nbhd_cost=np.where(rng.random(n) < 0.5, rng.random(n), 0))
     table.update_many(slots[::3], state=SlotState.EVICTED)
     table.free_many(slots[1::7])
+    table.touch(int(slots[2]), clock + 13)  # after now: s < 0
+    table.check_invariants()
+    now = clock + 11
+    assert table.clock_bounds == (min(0, clock), max(0, clock + 13))
     bare = {k: v for k, v in table.columns().items() if k in MetadataTable.COLUMNS}
     for k in (1, 8):
-        got = table.select(h, 11, k=k, backend="torch", seed=2)
-        assert got.tolist() == policy.select(h, bare, 11, k=k, backend="torch", seed=2).tolist()
-        assert torch.equal(table.score(h, 11, backend="torch", seed=2),
-                           policy.score(h, bare, 11, backend="torch", seed=2))
+        got = table.select(h, now, k=k, backend="torch", seed=2)
+        assert got.tolist() == policy.select(h, bare, now, k=k, backend="torch", seed=2).tolist()
+        assert torch.equal(table.score(h, now, backend="torch", seed=2),
+                           policy.score(h, bare, now, backend="torch", seed=2))
 
 
 def test_cpu_columns_are_zero_copy_views_of_host():

@@ -79,13 +79,16 @@ def score(
     *,
     backend: Backend | str = Backend.AUTO,
     seed: int = 0,
+    clock_bounds: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Scores of all slots of ``cols`` (see :meth:`MetadataTable.score`)."""
+    """Scores of all slots of ``cols`` (see :meth:`MetadataTable.score`). ``cols`` may hold
+    the table's derived ``evictable_size``; it and ``clock_bounds`` (every last_access lies in
+    [lo, hi]) only speed up the torch twin (:func:`tritondtr.scoring.score_torch`)."""
     h = get_heuristic(heuristic)
     now = _check_now(now)
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
-        return score_torch(h, *_args(cols), now, seed, cols.get("evictable_size"))
+        return score_torch(h, *_args(cols), now, seed, cols.get("evictable_size"), clock_bounds)
     from . import kernels
 
     return kernels.score(h.value, *_args(cols), now=now, rand_base=random_base(seed, now))
@@ -99,15 +102,18 @@ def select(
     k: int = 1,
     backend: Backend | str = Backend.AUTO,
     seed: int = 0,
+    clock_bounds: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Victim slots of ``cols``, [min(k, #candidates)] int64 on the host, best first."""
+    """Victim slots of ``cols``, [min(k, #candidates)] int64 on the host, best first;
+    ``evictable_size`` and ``clock_bounds`` as for :func:`score`."""
     h = get_heuristic(heuristic)
     now = _check_now(now)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
-        return select_torch(h, *_args(cols), now, k, seed, cols.get("evictable_size")).cpu()
+        evs = cols.get("evictable_size")
+        return select_torch(h, *_args(cols), now, k, seed, evs, clock_bounds).cpu()
     from . import kernels
 
     ids = kernels.select(h.value, *_args(cols), now=now, rand_base=random_base(seed, now), k=k)
