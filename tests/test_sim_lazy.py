@@ -58,8 +58,8 @@ def table_state(e: Engine):
 @pytest.mark.parametrize("seed", range(4))
 def test_lazy_replay_equals_eager(seed, monkeypatch):
     held_calls = []
-    held = replay_mod._held
-    monkeypatch.setattr(replay_mod, "_held",
+    held = replay_mod.held_storages
+    monkeypatch.setattr(replay_mod, "held_storages",
                         lambda stack, sid: held_calls.append(len(stack)) or held(stack, sid))
     prog = compile_trace(random_trace(seed))
     top = replay(prog, "lru", 1 << 40, lazy=False)[0].peak_bytes

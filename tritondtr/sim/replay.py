@@ -22,28 +22,6 @@
 #    rematerialization compute exceeds ``(overhead_limit - 1) x`` the baseline compute,
 #    checked after every rematerialization. Overhead = clock / baseline compute, also at the
 #    point of failure.
-#
-# NOTE [ Lazy replay ]
-# 1. Nothing is evicted by the heuristic while ``memory + op bytes <= budget``, so until then
-#    the engine's per-event work (table rows, neighbourhoods, locks, access times) cannot
-#    change a decision. A replay starts *lazy*: it calls no engine method. A new storage gets
-#    a placeholder slot; the calls that build the engine's state (new, set_cost, add_parents,
-#    pin, evict, remat) are appended to a log in order, with the arguments they would have
-#    had; last access times live in ``last`` only; no lock is taken.
-# 2. The first op that needs room *syncs* the replay before any victim is asked for: the log
-#    is replayed on the engine in order (the same calls with the same arguments, so the table,
-#    the neighbourhoods and the eqclass forest come out as an eager replay leaves them), then
-#    every storage whose last access is newer than what its new / remat set gets one
-#    ``access``, then the locks held at that point (the inputs of the op in flight and of the
-#    rematerializations under way) are taken. From then on every call goes to the engine at
-#    once. A replay that never needs room (e.g. ratio 1.0 of a trace without transient
-#    copies) never touches the engine.
-# 3. What the sync leaves out cannot matter: ``access`` only sets ``last_access`` (the last
-#    value wins, and ``last`` holds it) and touches no neighbourhood; a lock taken and
-#    released before the sync leaves the state it found; the engine's choice cache starts
-#    empty. The slots the engine hands out replace the placeholders.
-# 4. ``ties="simrd"`` replays synced from the start (its pool reads the engine's locks);
-#    ``lazy=False`` does the same, for tests that compare the two.
 """
 
 from __future__ import annotations
@@ -52,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .lazy import LOG_NEW, UNSYNCED, EngineCalls, held_storages
 from .program import (
     KIND_CALL,
     KIND_CONSTANT,
@@ -64,11 +43,6 @@ from .ties import PoolOrder
 
 __all__ = ["RunStats", "replay_program"]
 
-# Deferred engine calls (NOTE [ Lazy replay ] 1): (_NEW, storage, op, now), (_COST, storage,
-# cost), (_EDGES, storage, parent storages), (_PIN, storage), (_EVICT, storage),
-# (_REMAT, storage, now).
-_NEW, _COST, _EDGES, _PIN, _EVICT, _REMAT = range(6)
-_UNSYNCED = 1 << 62  # the placeholder slot of a storage created while lazy
 _BLOCK = 4096  # events between two ``on_event`` calls
 
 
@@ -125,7 +99,7 @@ def replay_program(
                     wall_s=time.perf_counter() - t0)
 
 
-class _Run:
+class _Run(EngineCalls):
     """Mutable state of one replay; tensors and storages are the program's dense ids."""
 
     def __init__(self, prog: Program, engine, budget: int, remat_limit: float,
@@ -180,81 +154,87 @@ class _Run:
 
     def _call(self, o: int) -> None:
         """The first run of op ``o`` (its CALL or CONSTANT event)."""
-        p, e = self.p, self.e
-        refs, lazy = self.refs, self.lazy
+        p, refs = self.p, self.refs
         outs = p.op_out_st[o]
         for s in outs:
             refs[s] += 1
-        if p.op_views[o]:
+        views = p.op_views[o]
+        if views:
             self._views(o)
         defined = self.defined
-        for q in p.op_inputs[o]:
-            if not defined[q] or self.pool is not None:
-                self._materialize(p.op_lo[o], False)
-                lazy = self.lazy
-                break
-        else:  # fast path: every input is resident (NOTE [ Replay semantics ] 3)
-            now, last, slot = self.clock, self.last, self.slot
-            parents = p.op_new_parents[o]  # the distinct input storages
-            for s in parents:
-                last[s] = now
-                if not lazy:
-                    e.access(slot[s], now)
-            need = p.op_total[o]
-            if self.mem + need > self.budget:
-                if lazy:
-                    self._sync([])
-                    lazy = False
-                # Locks only matter while victims are chosen; taking them just for the
-                # eviction loop is equivalent and saves two engine calls per input.
-                for s in parents:
-                    e.lock(slot[s])
-                self._free(need)
-                for s in parents:
-                    e.unlock(slot[s])
-            if self.pool is not None:
-                self._compute(p.op_lo[o], o, False)
-            else:  # _compute for a first run: nothing defined, only fresh storages are born
-                self._first_run(o, need)
+        if self.pool is not None:  # the general path keeps the tie order's stamps
+            self._materialize(p.op_lo[o], False)
+        else:
+            for q in p.op_inputs[o]:
+                if not defined[q]:
+                    self._materialize(p.op_lo[o], False)
+                    break
+            else:
+                self._first_run(o)
+                if not views:
+                    return  # every output storage was born now: its last access is the clock
         now, last = self.clock, self.last
-        if lazy:
+        if self.lazy:
             for s in outs:
                 last[s] = now
         else:
-            slot = self.slot
+            e, slot = self.e, self.slot
             for s in outs:
                 last[s] = now
                 e.access(slot[s], now)
 
-    def _first_run(self, o: int, need: int) -> None:
-        """``_compute`` for the first run of ``o`` with its inputs resident: no output is
-        defined yet, its fresh outputs are born, its views land on resident storages."""
-        p = self.p
+    def _first_run(self, o: int) -> None:
+        """``_materialize`` + ``_compute`` for the first run of ``o`` when its inputs are
+        resident: nothing of it is defined yet, its fresh outputs get new storages and its
+        views land on resident ones (NOTE [ Replay semantics ] 3)."""
+        p, e, lazy = self.p, self.e, self.lazy
+        now, last, slot = self.clock, self.last, self.slot
+        parents = p.op_new_parents[o]  # the distinct input storages
+        for s in parents:
+            last[s] = now
+            if not lazy:
+                e.access(slot[s], now)
+        need = p.op_total[o]
+        if self.mem + need > self.budget:
+            if lazy:
+                self._sync([])
+                lazy = False
+            # Locks only matter while victims are chosen; taking them just for the
+            # eviction loop is equivalent and saves two engine calls per input.
+            for s in parents:
+                e.lock(slot[s])
+            self._free(need)
+            for s in parents:
+                e.unlock(slot[s])
         cost = p.op_cost[o]
         now = self.clock = self.clock + cost
         mem = self.mem = self.mem + need
         if mem > self.peak:
             self.peak = mem
-        defined, material, new = self.defined, self.material, self._new
+        defined, material = self.defined, self.material
         for t in range(p.op_lo[o], p.op_hi[o]):
             defined[t] = 1
-        for s in p.op_fresh_st[o]:
-            material[s] = 1
-            new(s, o, cost, now)
+        if lazy:  # _new, inlined
+            log, costs = self.log, self.cost
+            for s in p.op_fresh_st[o]:
+                material[s] = 1
+                costs[s] = cost
+                last[s] = now
+                slot[s] = UNSYNCED
+                log.append((LOG_NEW, s, o, now))
+        else:
+            for s in p.op_fresh_st[o]:
+                material[s] = 1
+                self._new(s, o, cost, now)
 
     def _views(self, o: int) -> None:
         """A view op adds its cost and its other inputs as parents to the base storage."""
-        cost, slot, e = self.cost, self.slot, self.e
+        cost = self.cost
         for s, parents in self.p.op_views[o]:
             cost[s] += self.p.op_cost[o]
-            if self.lazy:
-                self.log.append((_COST, s, cost[s]))
-                if parents:
-                    self.log.append((_EDGES, s, parents))
-            else:
-                e.set_cost(slot[s], cost[s])
-                if parents:
-                    e.add_parents(slot[s], [slot[q] for q in parents])
+            self._set_cost(s)
+            if parents:
+                self._add_parents(s, parents)
 
     # ------------------------------------------------------- (re)materializing
     def _materialize(self, target: int, remat: bool) -> None:
@@ -281,7 +261,7 @@ class _Run:
             need = p.op_total[o]
             if self.mem + need > self.budget:
                 if self.lazy:
-                    self._sync(_held(stack, sid))
+                    self._sync(held_storages(stack, sid))
                 self._free(need)
             self._compute(t, o, is_remat)
             for q in ins:
@@ -339,10 +319,8 @@ class _Run:
         for s in born:
             if slot[s] < 0:
                 self._new(s, o, cost, now)
-            elif self.lazy:
-                self.log.append((_REMAT, s, self.last[s]))
             else:
-                self.e.remat(slot[s], self.last[s])
+                self._remat(s)
         if self.pool is not None:  # siblings first, then t (NOTE [ Tie order ] 2)
             ts = sid[t]
             for s in born:
@@ -355,69 +333,6 @@ class _Run:
             self.remat_compute += cost
             if self.remat_compute > self.remat_limit:
                 raise _Fail("thrash")
-
-    def _new(self, s: int, o: int, cost: float, now: float) -> None:
-        """Storage ``s`` is created by op ``o``'s first run, at ``now``."""
-        self.cost[s] = cost
-        self.last[s] = now
-        if self.lazy:
-            self.slot[s] = _UNSYNCED
-            self.log.append((_NEW, s, o, now))
-        else:
-            slot = self.slot
-            v = self.e.new(cost, self.p.st_size[s], now,
-                           [slot[q] for q in self.p.op_new_parents[o]])
-            slot[s] = v
-            self.sid_of_slot[v] = s
-
-    # ------------------------------------------------------------ engine calls
-    def _lock(self, s: int) -> None:
-        if not self.lazy:
-            self.e.lock(self.slot[s])
-
-    def _unlock(self, s: int) -> None:
-        if not self.lazy:
-            self.e.unlock(self.slot[s])
-
-    def _pin(self, s: int) -> None:
-        if self.pinned[s]:
-            return
-        self.pinned[s] = 1
-        if self.lazy:
-            self.log.append((_PIN, s))
-        else:
-            self.e.pin(self.slot[s])
-
-    def _sync(self, held: list[int]) -> None:
-        """NOTE [ Lazy replay ] 2: bring the engine up to date; ``held``: storages locked now."""
-        p, e, slot, last = self.p, self.e, self.slot, self.last
-        stamped = {}  # storage -> the last access its new / remat gave the engine
-        for entry in self.log:
-            k, s = entry[0], entry[1]
-            if k == _NEW:
-                o, now = entry[2], entry[3]
-                v = e.new(p.op_cost[o], p.st_size[s], now, [slot[q] for q in p.op_new_parents[o]])
-                slot[s] = v
-                self.sid_of_slot[v] = s
-                stamped[s] = now
-            elif k == _EVICT:
-                e.evict(slot[s])
-            elif k == _REMAT:
-                e.remat(slot[s], entry[2])
-                stamped[s] = entry[2]
-            elif k == _COST:
-                e.set_cost(slot[s], entry[2])
-            elif k == _EDGES:
-                e.add_parents(slot[s], [slot[q] for q in entry[2]])
-            else:
-                e.pin(slot[s])
-        for s, now in stamped.items():
-            if last[s] != now:
-                e.access(slot[s], last[s])
-        for s in held:
-            e.lock(slot[s])
-        self.log = []
-        self.lazy = False
 
     # ----------------------------------------------------------------- eviction
     def _free(self, need: int) -> None:
@@ -436,21 +351,4 @@ class _Run:
         defined = self.defined
         for u in self.p.st_tensors[s]:
             defined[u] = 0
-        if self.lazy:
-            self.log.append((_EVICT, s))
-        else:
-            self.e.evict(self.slot[s])
-
-
-def _held(stack: list, sid: list) -> list[int]:
-    """The storages locked by the frames of ``_materialize``'s stack (with multiplicity): each
-    frame's inputs but its missing ones still to be computed (NOTE [ Lazy replay ] 2)."""
-    held = []
-    for frame in stack:
-        pending = frame[3][frame[4]:]
-        for q in frame[2]:
-            if q in pending:
-                pending.remove(q)
-            else:
-                held.append(sid[q])
-    return held
+        self._evict_slot(s)
