@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .program import KIND_CALL, KIND_CONSTANT, KIND_RELEASE, KIND_RETAIN, compile_trace
 from .trace import Trace, TraceError
 
@@ -47,38 +49,40 @@ def baseline(trace: Trace) -> Baseline:
     if cached is not None:
         return cached
     p = compile_trace(trace)
-    sid, fresh, st_size = p.sid, p.fresh, p.st_size
-    op_lo, op_hi, op_total, op_inputs = p.op_lo, p.op_hi, p.op_total, p.op_inputs
+    # Every op runs once: the largest one and the constants need no replay.
+    op_total = np.asarray(p.op_total, dtype=np.int64)
+    fresh = np.where(trace.alias < 0, trace.size, 0)
+    in_fresh = np.concatenate([[0], np.cumsum(fresh[trace.inputs])])[trace.in_ptr]
+    bottleneck = int((op_total + np.diff(in_fresh)).max()) if op_total.size else 0
+    const = int(op_total[np.asarray(p.is_const, dtype=bool)].sum()) if op_total.size else 0
+    sid, st_size, op_out_st, op_parents = p.sid, p.st_size, p.op_out_st, p.op_new_parents
     refs = [0] * p.num_storages
     freed = bytearray(p.num_storages)
-    mem = peak = const = bottleneck = 0
+    mem = peak = 0
+    op_kinds = (KIND_CALL, KIND_CONSTANT)
     for e, (k, a) in enumerate(zip(p.ev_kind, p.ev_arg)):
-        if k in (KIND_CALL, KIND_CONSTANT):
-            for t in op_inputs[a]:
-                if freed[sid[t]]:
-                    raise TraceError(f"event {e}: op {a} reads tensor {t}, whose storage was "
-                                     "released for good earlier (a use after the last release)")
-            mem += op_total[a]
-            if mem > peak:
-                peak = mem
-            need = op_total[a] + sum(fresh[t] for t in op_inputs[a])
-            if need > bottleneck:
-                bottleneck = need
-            if k == KIND_CONSTANT:
-                const += op_total[a]
-            for t in range(op_lo[a], op_hi[a]):
-                refs[sid[t]] += 1
-        elif k == KIND_RETAIN:
-            refs[sid[a]] += 1
-        elif k == KIND_RELEASE:
+        if k == KIND_RELEASE:
             s = sid[a]
-            refs[s] -= 1
-            if refs[s] == 0:
+            r = refs[s] = refs[s] - 1
+            if r == 0:
                 mem -= st_size[s]
                 freed[s] = 1
-            elif refs[s] < 0:
+            elif r < 0:
                 raise TraceError(f"event {e}: tensor {a} is released more often than it is "
                                  "referenced")
+        elif k in op_kinds:
+            for s in op_parents[a]:
+                if freed[s]:
+                    t = next(t for t in p.op_inputs[a] if sid[t] == s)
+                    raise TraceError(f"event {e}: op {a} reads tensor {t}, whose storage was "
+                                     "released for good earlier (a use after the last release)")
+            mem += p.op_total[a]
+            if mem > peak:
+                peak = mem
+            for s in op_out_st[a]:
+                refs[s] += 1
+        elif k == KIND_RETAIN:
+            refs[sid[a]] += 1
     result = Baseline(compute=trace.total_cost(), peak_bytes=peak, constant_bytes=const,
                       bottleneck_bytes=bottleneck)
     trace._baseline = result
