@@ -1,13 +1,17 @@
 """How does the simulator scale to millions of tensors?
 
-``python benchmarks/bench_sim_scaling.py [--full] [--device cuda]``. Writes
-``benchmarks/results/sim_scaling[_<device>].csv`` and ``sim_scaling[_<device>].png``.
+``python benchmarks/bench_sim_scaling.py [--full] [--device cuda] [--threads 1]
+[--only replay|decision|sampling]``. Writes ``benchmarks/results/sim_scaling[_<device>].csv``
+and ``sim_scaling[_<device>].png`` (``--only replay`` / ``decision`` replace their own rows
+there and keep the other part's), or ``sim_sampling.csv`` (``--only sampling``).
 
 # NOTE [ Scaling benchmark ]
-# 1. Throughput: ``random_dag(n, live=64)`` replayed at ratio 1.0 (nothing is evicted: every
-#    event is bookkeeping), events per second of the replay alone (the trace is compiled
-#    and its baseline run beforehand); n = 1e4 .. 1e6 (1e7 with --full). Generation time
-#    of ``generators.chain`` is reported beside it (tensors per second).
+# 1. Throughput: ``random_dag(n, live=64)`` replayed at ratio 1.0 (nothing is evicted by the
+#    heuristic: every event is bookkeeping, and the replay stays lazy, NOTE [ Lazy replay ]),
+#    events per second of the replay alone, median of 3 replays (the trace is compiled and
+#    its baseline run beforehand); n = 1e4 .. 1e6 (1e7 with --full). Beside it: the baseline
+#    pass (events/s, median of 3), ``compile_trace`` (events/s, once) and the generation of
+#    ``generators.chain`` (tensors per second).
 # 2. Decision cost against candidates: a table of N resident evictable slots with random
 #    metadata; one exact full-scan decision (``MetadataTable.select``, the engine's scoring
 #    path, ``dtr`` formula) against one sqrt(N) sampled decision (``SampledEngine``'s path:
@@ -20,6 +24,10 @@
 # 4. GPU target (issue 3, section 6): a 1M-tensor trace with full-scan selection under a
 #    minute. ``--device cuda`` runs ``random_dag(1e6, live=2e5)`` at ratio 0.9 on the GPU
 #    engine; without CUDA it is reported as not measured.
+# 5. torch runs on 1 CPU thread by default (``--threads``): with torch's default 2 threads
+#    on a shared 2-core box, a parallel region stalls ~116 ms at random when the other core is
+#    busy (docs/benchmarks.md, Scoring), which made the full-scan rows of an earlier run
+#    meaningless. The device column of every row says how many threads ran.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from harness import Env, Row, Stats, describe_device, measure, plot_rows, write_csv
+from harness import Env, Row, Stats, describe_device, measure, plot_rows, read_csv, write_csv
 
 from tritondtr.sim import generators as gen
 from tritondtr.sim.baseline import baseline
@@ -81,12 +89,62 @@ def sampling(row) -> None:
             row("sampling_wall_s", name, size, Stats.of([r.wall_s]), "s", params)
 
 
+def throughput(row, top: int, device: str) -> None:
+    """NOTE [ Scaling benchmark ] 1."""
+    for e in range(4, top + 1):
+        n = 10**e
+        t0 = time.perf_counter()
+        trace = gen.chain(n // 2)
+        gen_s = time.perf_counter() - t0
+        row("generate_rate", "chain", trace.num_tensors, Stats.of([trace.num_tensors / gen_s]),
+            "tensors/s")
+        trace = gen.random_dag(n, live=64)
+        t0 = time.perf_counter()
+        compile_trace(trace)
+        row("compile_rate", "random_dag", trace.num_events,
+            Stats.of([trace.num_events / (time.perf_counter() - t0)]), "events/s")
+        rates = []
+        for _ in range(3):
+            trace._baseline = None  # baseline() caches its result on the trace
+            t0 = time.perf_counter()
+            baseline(trace)
+            rates.append(trace.num_events / (time.perf_counter() - t0))
+        row("baseline_rate", "random_dag", trace.num_events, Stats.of(rates), "events/s")
+        runs = [simulate(trace, "dtr_eq", ratio=1.0, backend="auto", device=device)
+                for _ in range(3)]
+        r = runs[-1]
+        row("replay_rate", "dtr_eq-ratio1.0", trace.num_events,
+            Stats.of([trace.num_events / x.wall_s for x in runs]), "events/s",
+            note=f"{r.status}, {r.evictions} evictions, {r.eager_evictions} eager, "
+                 f"wall {min(x.wall_s for x in runs):.2f}-{max(x.wall_s for x in runs):.2f}s")
+
+
+def decisions(row, top: int, device: str) -> None:
+    """NOTE [ Scaling benchmark ] 2."""
+    rng = np.random.default_rng(0)
+    for e in range(3, top + 2):
+        n = 10**e
+        t = filled_table(n, device)
+        full = measure(lambda t=t: t.select("dtr", 2000), device=device, repeats=5,
+                       max_time_s=10)
+        row("decision_us", f"full-scan-{device}", n, full.stats(1e6), "us")
+        samp = measure(lambda t=t: sampled_choice(t, rng), repeats=5, max_time_s=10)
+        row("decision_us", "sqrt-sample-host", n, samp.stats(1e6), "us")
+        del t
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="1e7 events and 1e7 candidates")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--only", choices=["sampling"], help="run one part alone")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (default 1, NOTE [ Scaling benchmark ] 5)")
+    ap.add_argument("--only", choices=["replay", "decision", "sampling"],
+                    help="run one part alone")
     args = ap.parse_args(argv)
+    if args.threads < 1:
+        ap.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     env, dev = Env.capture(), describe_device(args.device)
     rows: list[Row] = []
 
@@ -101,40 +159,25 @@ def main(argv=None) -> int:
         sampling(row)
         write_csv(rows, OUT / "sim_sampling.csv")
         return 0
-    for e in range(4, top + 1):
-        n = 10**e
-        t0 = time.perf_counter()
-        trace = gen.chain(n // 2)
-        gen_s = time.perf_counter() - t0
-        row("generate_rate", "chain", trace.num_tensors, Stats.of([trace.num_tensors / gen_s]),
-            "tensors/s")
-        trace = gen.random_dag(n, live=64)
-        compile_trace(trace)
-        baseline(trace)
-        r = simulate(trace, "dtr_eq", ratio=1.0, backend="auto", device=args.device)
-        row("replay_rate", "dtr_eq-ratio1.0", trace.num_events,
-            Stats.of([trace.num_events / r.wall_s]), "events/s",
-            note=f"{r.status}, {r.evictions} evictions, wall {r.wall_s:.1f}s")
-    rng = np.random.default_rng(0)
-    for e in range(3, top + 2):
-        n = 10**e
-        t = filled_table(n, args.device)
-        full = measure(lambda t=t: t.select("dtr", 2000), device=args.device, repeats=5,
-                       max_time_s=10)
-        row("decision_us", f"full-scan-{args.device}", n, full.stats(1e6), "us")
-        samp = measure(lambda t=t: sampled_choice(t, rng), repeats=5, max_time_s=10)
-        row("decision_us", "sqrt-sample-host", n, samp.stats(1e6), "us")
-        del t
-    sampling(row)
-    if args.device.startswith("cuda") and torch.cuda.is_available():
-        trace = gen.random_dag(10**6, live=200_000)
-        r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=args.device)
-        row("gpu_1m_trace_s", "full-scan", trace.num_tensors, Stats.of([r.wall_s]), "s",
-            note=f"{r.status}, {r.selections} selections")
-    else:
-        print("gpu_1m_trace_s: not measured (no CUDA device); run with --device cuda")
+    if args.only in (None, "replay"):
+        throughput(row, top, args.device)
+    if args.only in (None, "decision"):
+        decisions(row, top, args.device)
+    if args.only is None:
+        sampling(row)
+        if args.device.startswith("cuda") and torch.cuda.is_available():
+            trace = gen.random_dag(10**6, live=200_000)
+            r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=args.device)
+            row("gpu_1m_trace_s", "full-scan", trace.num_tensors, Stats.of([r.wall_s]), "s",
+                note=f"{r.status}, {r.selections} selections")
+        else:
+            print("gpu_1m_trace_s: not measured (no CUDA device); run with --device cuda")
     suffix = "" if args.device == "cpu" else "_" + args.device.replace(":", "")
-    write_csv(rows, OUT / f"sim_scaling{suffix}.csv")
+    csv = OUT / f"sim_scaling{suffix}.csv"
+    if args.only is not None and csv.exists():  # keep the rows of the part not rerun
+        mine = {r.what for r in rows}
+        rows = [r for r in read_csv(csv) if r.what not in mine] + rows
+    write_csv(rows, csv)
     plot_rows(rows, [("replay_rate", "trace events / s (x: events)"),
                      ("decision_us", "us per decision (x: candidates)")],
               OUT / f"sim_scaling{suffix}.png", title=f"simulator scaling ({dev})")
