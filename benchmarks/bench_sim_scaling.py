@@ -2,8 +2,8 @@
 
 ``python benchmarks/bench_sim_scaling.py [--full] [--device cuda] [--threads 1]
 [--only replay|decision|sampling]``. Writes ``benchmarks/results/sim_scaling[_<device>].csv``
-and ``sim_scaling[_<device>].png`` (``--only replay`` / ``decision`` replace their own rows
-there and keep the other part's), or ``sim_sampling.csv`` (``--only sampling``).
+and ``sim_scaling[_<device>].png`` (parts 1, 2, 4; ``--only replay`` / ``decision`` replace
+their own rows there and keep the other part's) and ``sim_sampling.csv`` (part 3).
 
 # NOTE [ Scaling benchmark ]
 # 1. Throughput: ``random_dag(n, live=64)`` replayed at ratio 1.0 (nothing is evicted by the
@@ -155,16 +155,17 @@ def main(argv=None) -> int:
               flush=True)
 
     top = 7 if args.full else 6
-    if args.only == "sampling":
+    if args.only in (None, "sampling"):
         sampling(row)
         write_csv(rows, OUT / "sim_sampling.csv")
-        return 0
+        if args.only == "sampling":
+            return 0
+        rows.clear()
     if args.only in (None, "replay"):
         throughput(row, top, args.device)
     if args.only in (None, "decision"):
         decisions(row, top, args.device)
     if args.only is None:
-        sampling(row)
         if args.device.startswith("cuda") and torch.cuda.is_available():
             trace = gen.random_dag(10**6, live=200_000)
             r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=args.device)
@@ -176,7 +177,8 @@ def main(argv=None) -> int:
     csv = OUT / f"sim_scaling{suffix}.csv"
     if args.only is not None and csv.exists():  # keep the rows of the part not rerun
         mine = {r.what for r in rows}
-        rows = [r for r in read_csv(csv) if r.what not in mine] + rows
+        rows = [r for r in read_csv(csv)
+                if r.what not in mine and not r.what.startswith("sampling")] + rows
     write_csv(rows, csv)
     plot_rows(rows, [("replay_rate", "trace events / s (x: events)"),
                      ("decision_us", "us per decision (x: candidates)")],
