@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tritondtr.runtime as rt
+from tritondtr.runtime.recipe import BLANK, READ, WRITE
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -120,6 +121,38 @@ def test_unsafe_view_shares_its_argument_storage():
         return (h * h.cos()).sum()
 
     compare(fn, w)
+
+
+def test_overwriting_ops_do_not_depend_on_the_old_version():
+    """NOTE [ Overwriting ops ]: a new version written entirely by copy_ / fill_ / zero_ /
+    bernoulli_ is recomputed from a fresh buffer, not from its old version; a partial write
+    or one that reads its own buffer keeps the old version as a parent."""
+    x = leaf(16, 16)
+    with rt.enable(budget=None):
+        m = torch.empty_like(x.tanh()).bernoulli_(0.5)
+        assert [e[5] for e in m._cell.storage.recipe.inputs] == [BLANK]
+        p = x.sin()
+        p[1:].zero_()  # the slice does not cover the buffer
+        assert [e[5] for e in p._cell.storage.recipe.inputs] == [WRITE]
+        q = x.cos()
+        q.fill_(q[1, 1])  # reads the buffer it overwrites
+        assert sorted(e[5] for e in q._cell.storage.recipe.inputs) == [READ, WRITE]
+
+    def fn():
+        torch.manual_seed(5)
+        h = x.tanh()
+        for _ in range(3):
+            h = F.dropout(h.sin(), 0.3)  # CPU: empty_like(h).bernoulli_(0.7).div_(0.7)
+        buf = torch.empty_like(h)
+        buf.copy_(h.exp())
+        z = torch.zeros_like(h).fill_(2.0)
+        w = x.sin()
+        w[1:].zero_()
+        v = x.cos()
+        v.fill_(v[2, 3])
+        return (h * buf * z * w * v).sum()
+
+    compare(fn, x)
 
 
 def test_random_ops_replay_and_leave_the_stream_alone():

@@ -41,10 +41,10 @@ import torch
 
 from .errors import StaleInputError
 
-__all__ = ["LAZY", "Cell", "Recipe", "Storage", "derive", "geometry", "run_recipe"]
+__all__ = ["LAZY", "Cell", "Recipe", "Storage", "blank", "derive", "geometry", "run_recipe"]
 
 # Modes of a recipe input.
-READ, WRITE, SNAPSHOT, PLAIN = 0, 1, 2, 3
+READ, WRITE, SNAPSHOT, PLAIN, BLANK = 0, 1, 2, 3, 4
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 
@@ -127,7 +127,9 @@ class Recipe:
     ``READ`` a storage version (``version``: ``buf._version`` for an external one, else None),
     ``WRITE`` a tracked storage the op wrote (the replay writes a copy), ``SNAPSHOT`` a plain
     tensor the op wrote (source is a copy taken before the op; the replay writes a copy of it),
-    ``PLAIN`` a plain tensor read (``version`` checked before a replay).
+    ``PLAIN`` a plain tensor read (``version`` checked before a replay), ``BLANK`` a tracked
+    storage the op overwrote entirely (source is :func:`blank`'s description of its buffer;
+    the replay writes a fresh buffer, NOTE [ Overwriting ops ] in session.py).
     ``rng``: (generator, state) or None. ``outs``: per produced storage, ``(r, j)`` for return
     ``r`` (element ``j`` of a list return, else -1) or ``(-1, k)`` for the copy written through
     ``inputs[k]``. ``grad``: the grad mode of the first execution, restored for replays
@@ -178,10 +180,20 @@ def _with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
 
 def clone_buffer(buf: torch.Tensor) -> torch.Tensor:
     """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry and math bits."""
-    st = buf.untyped_storage().clone()
-    out = torch.empty((0,), dtype=buf.dtype, device=buf.device)
-    out.set_(st, buf.storage_offset(), buf.size(), buf.stride())
-    return _with_bits(out, buf.is_conj(), buf.is_neg())
+    return _on_storage(buf.untyped_storage().clone(), buf.device, geometry(buf))
+
+
+def blank(buf: torch.Tensor) -> tuple:
+    """What a replay needs to make a fresh, uninitialized buffer like ``buf``: (storage
+    bytes, device, :func:`geometry`)."""
+    return (buf.untyped_storage().nbytes(), buf.device, geometry(buf))
+
+
+def _on_storage(st, device: torch.device, view: tuple) -> torch.Tensor:
+    size, stride, offset, dtype, conj, neg = view
+    out = torch.empty((0,), dtype=dtype, device=device)
+    out.set_(st, offset, size, stride)
+    return _with_bits(out, conj, neg)
 
 
 def generator_of(device: torch.device | None, gen) -> torch.Generator:
@@ -218,6 +230,11 @@ def run_recipe(rec, want) -> list[torch.Tensor]:
             c = copies.get(id(src))
             if c is None:
                 c = copies[id(src)] = clone_buffer(src.buf)
+            v = derive(c, view)
+        elif mode == BLANK:  # NOTE [ Overwriting ops ]: the op writes every element
+            nbytes, device, geom = src
+            st = torch.empty((nbytes,), dtype=torch.uint8, device=device).untyped_storage()
+            c = copies[id(src)] = _on_storage(st, device, geom)
             v = derive(c, view)
         elif mode == SNAPSHOT:
             v = src.clone()

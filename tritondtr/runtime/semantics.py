@@ -35,6 +35,10 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate): the table's
 #    ``hidden_alias`` names the argument the single return aliases, and rule 1 applies. Taken
 #    as a fresh output, it would count the same bytes twice (once per wrapper).
+# 9. Some in-place ops overwrite every element of their written argument without reading it
+#    (``copy_``, ``fill_``, ``zero_`` and the random fills such as ``bernoulli_``, which CPU
+#    dropout applies to an ``empty_like``): ``overwrites`` in the table. Their recipes do not
+#    depend on the old version (NOTE [ Overwriting ops ] in session.py).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class Semantics:
         grad_args: see ``unsupported_grad``.
         hidden_alias: position of the argument the op's single return is a view of although
             the schema does not say so (NOTE [ Op semantics ] rule 8), else None.
+        overwrites: the op writes every element of its written argument and reads none of
+            its old values (NOTE [ Op semantics ] rule 9).
     """
 
     hidden_mutation: tuple[int, ...] = ()
@@ -74,6 +80,7 @@ class Semantics:
     unsupported_grad: str | None = None
     grad_args: tuple[int, ...] = (0,)
     hidden_alias: int | None = None
+    overwrites: bool = False
 
 
 _TABLE: dict[str, Semantics] = {}
@@ -145,6 +152,17 @@ def _unsafe_view_alias():
     argument's storage (NOTE [ Op semantics ] rule 8)."""
 
 
+@register(aten.copy_.default, aten.copy_.Tensor, aten.fill_.Scalar, aten.fill_.Tensor,
+          aten.zero_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
+          aten.uniform_.default, aten.normal_.default, aten.random_.default,
+          "aten::random_.from", aten.random_.to, aten.exponential_.default,
+          aten.geometric_.default, aten.cauchy_.default, aten.log_normal_.default,
+          overwrites=True)
+def _overwriting_ops():
+    """Every element of ``self`` is written from the other arguments (and the generator)
+    alone (NOTE [ Op semantics ] rule 9)."""
+
+
 @register(aten.linalg_lstsq.default, never_evict=True)
 def _lstsq_alignment():
     """LAPACK's gelsy (the CPU default driver) gives other last bits depending on the
@@ -187,6 +205,7 @@ class OpInfo:
     unsupported: str | None
     unsupported_grad: str | None
     uninit: bool  # returns uninitialized memory (NOTE [ What is tracked ] rule 5)
+    overwrites: bool  # NOTE [ Op semantics ] rule 9
     semantics: Semantics = field(default_factory=Semantics)
 
 
@@ -277,5 +296,6 @@ def _analyze(func) -> OpInfo:
         unsupported=sem.unsupported,
         unsupported_grad=sem.unsupported_grad,
         uninit=schema.name in _UNINIT,
+        overwrites=sem.overwrites,
         semantics=sem,
     )

@@ -29,6 +29,18 @@
 #    Batch norm's running statistics are such a write (NOTE [ Op semantics ] rule 2), so a
 #    replay never updates them twice.
 
+# NOTE [ Overwriting ops ]
+# 1. An op that writes every element of a tracked argument without reading it (NOTE [ Op
+#    semantics ] rule 9: ``copy_``, ``fill_``, ``zero_``, ``bernoulli_``, ...) produces a new
+#    version that does not depend on the old one, provided the argument covers its whole
+#    buffer (dense, as many bytes as the storage) and no other argument reads that buffer.
+# 2. Then the recipe's entry is ``BLANK`` (the buffer's size and geometry, not the old
+#    storage): a replay writes a fresh uninitialized buffer instead of rematerializing and
+#    copying the old version, and the old version is not a parent (no engine edge, not kept
+#    alive by the recipe). CPU dropout (``empty_like(x).bernoulli_(p)``) is the common case.
+# 3. The first execution is unchanged (the op writes the old buffer in place), and so is
+#    what ``tritondtr.trace`` records (the call reads the old version).
+
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
 #    budget, on plain copies of nothing: the buffer is materialized (recomputed if needed),
@@ -50,6 +62,7 @@ from . import boundary
 from .errors import UnsupportedOpError
 from .pool import Pool
 from .recipe import (
+    BLANK,
     PLAIN,
     READ,
     SNAPSHOT,
@@ -57,6 +70,7 @@ from .recipe import (
     Cell,
     Recipe,
     Storage,
+    blank,
     capture_rng,
     derive,
     geometry,
@@ -203,6 +217,8 @@ class Session:
                 for k, e in enumerate(inputs):
                     if e[5] == PLAIN and e[0] in written:
                         inputs[k] = (e[0], e[1], e[2].clone(), None, None, SNAPSHOT)
+            blanks = _blanks(inputs, pargs, pkw, parents) if info.overwrites and wrote \
+                else None
             pool.now += 1
             if pool.budget is not None and pool.resident > pool.budget:
                 pool.make_room(info.name)
@@ -260,6 +276,10 @@ class Session:
                                     wrote, rng, cost)
             if self.observer is not None:
                 self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
+            if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
+                for k, desc in blanks:
+                    e = inputs[k]
+                    inputs[k] = (e[0], e[1], desc, e[3], None, BLANK)
         finally:
             for s in locked:
                 pool.unlock(s)
@@ -432,6 +452,40 @@ def _view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
     else:
         view = geometry(o)
     return DTRTensor(src._cell, o, view)
+
+
+def _blanks(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:
+    """NOTE [ Overwriting ops ] rule 1: (index, :func:`blank` description) of each written
+    input whose new version will not depend on the old one; its parent edge is dropped."""
+    found = []
+    for k, e in enumerate(inputs):
+        if e[5] != WRITE:
+            continue
+        s = e[2]
+        if sum(1 for x in inputs if x[2] is s) > 1:
+            continue
+        v = (pargs if type(e[0]) is int else pkw)[e[0]]
+        if e[1] >= 0:
+            v = v[e[1]]
+        if not _covers(v, s.nbytes):
+            continue
+        found.append((k, blank(s.buf)))
+        if s.slot in parents:
+            parents.remove(s.slot)
+    return found
+
+
+def _covers(v: torch.Tensor, nbytes: int) -> bool:
+    """Whether the elements of ``v`` tile all ``nbytes`` bytes of its storage, each byte
+    once: no offset, and some order of its dimensions is contiguous."""
+    if v.storage_offset() or v.numel() * v.element_size() != nbytes:
+        return False
+    step = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(v.size(), v.stride()) if sz != 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
 
 
 def _forget(pargs, pkw, e) -> None:
