@@ -57,7 +57,7 @@ class _Segmented(nn.Module):
 def load(name: str, scale: int, device: str, batch: int, checkpointed: bool):
     """(model, step) of one model, plain or checkpointed."""
     if name == "gpt":
-        from tritondtr.demo import GPTConfig, TinyGPT
+        from tritondtr.tinygpt import GPTConfig, TinyGPT
 
         torch.manual_seed(0)
         config = GPTConfig(block=128, width=128, layers=8, heads=4)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--scale", type=int, default=4, help="width scale of the zoo's mlp and "
-                   "cnn (default: 4); gpt is tritondtr.demo's TinyGPT, 8 layers, width 128, "
+                   "cnn (default: 4); gpt is tritondtr.tinygpt's TinyGPT, 8 layers, width 128, "
                    "128 tokens")
     p.add_argument("--batch", type=int, default=8, help="gpt batch (default: 8)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
