@@ -17,7 +17,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from scoring_baselines import PyColumns, score_numpy, select_numpy, select_python, synthetic_columns
+from scoring_baselines import (
+    PyColumns,
+    score_numpy,
+    select_numpy,
+    select_python,
+    synthetic_columns,
+    synthetic_table,
+)
 
 from tritondtr import Heuristic, MetadataTable, SlotState, policy
 from tritondtr.scoring import select_torch
@@ -45,6 +52,9 @@ def decider(provider: str, h: str, cols: dict[str, torch.Tensor], now: int):
     if provider == "python":
         p = PyColumns.of(cols)
         return lambda: select_python(hh, p, now)
+    if provider == "torch-table":  # the five columns, evictable_size and the clock bounds
+        table = synthetic_table({k: v.cpu() for k, v in cols.items()})
+        return lambda: table.select(hh, now, k=1, backend="torch").tolist()
     backend = "triton" if provider == "triton" else "torch"
     return lambda: policy.select(hh, cols, now, k=1, backend=backend).tolist()
 
@@ -71,7 +81,7 @@ def run(benchmark, provider: str, h: str, n: int, device: str = "cpu") -> None:
 
 
 @pytest.mark.parametrize("n", [1000, 100_000, 1_000_000], ids=lambda n: f"N{n}")
-@pytest.mark.parametrize("provider", ["torch", "numpy"])
+@pytest.mark.parametrize("provider", ["torch", "torch-table", "numpy"])
 def test_decision_dtr(benchmark, provider, n):
     run(benchmark, provider, "dtr", n)
 
@@ -81,7 +91,7 @@ def test_decision_dtr_python_loop(benchmark, n):
     run(benchmark, "python", "dtr", n)
 
 
-@pytest.mark.parametrize("provider", ["torch", "numpy", "python"])
+@pytest.mark.parametrize("provider", ["torch", "torch-table", "numpy", "python"])
 @pytest.mark.parametrize("h", HEURISTICS)
 def test_decision_every_heuristic(benchmark, h, provider):
     run(benchmark, provider, h, 4097)

@@ -33,13 +33,15 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # The twin is also the CPU path, so it makes few passes over the columns and allocates
 # nothing per decision, with the exact results of NOTE [ Scoring rules ]. On CPU, boolean
 # masks, ``where`` and ``argmin`` each cost several float multiplies (N = 1e5, one thread,
-# 2-core AMD EPYC VM, torch 2.13.0+cpu: where 42 us, a comparison 35-50 us, argmin 55 us;
-# mul_ 5 us, amin 5 us; converting int64 to float32 26 us, int32 to float32 5 us), and fresh
+# 2-core AMD EPYC VM, torch 2.13.0+cpu: where 42 us on a uniform mask and ~200 us on a random
+# one, a comparison 35-50 us, argmin 55 us; mul_ 5 us, amin 5 us; converting int64 to float32
+# 26 us, int32 to float32 5 us), and fresh
 # buffers of this size cost page faults on every call (~450 faults, ~700 us per decision
 # before the workspace of rule 5).
 # 1. Candidates without masks: ``evictable_size`` is float32(size) for candidates and NaN
-#    elsewhere; a table keeps it (NOTE [ Evictable size ]), for bare columns it is made here
-#    from min(0, ...) tricks. den = s * evictable_size is NaN for every non-candidate.
+#    elsewhere; a table keeps it (NOTE [ Evictable size ]); for bare columns it is made here:
+#    clamp_min(1 - (state - 1)^2, 0) is 1 for candidates and 0 elsewhere, divided by itself
+#    1 or NaN, times float32(size). den = s * evictable_size is NaN for every non-candidate.
 #    Exact scores (``score_torch``): f = clamp_min(den, 0) / itself is 1 where the slot is a
 #    candidate with den > 0 and NaN elsewhere (0 / 0); the numerator cost + nbhd_cost * f (or
 #    cost * f) is unchanged or NaN, and one nan_to_num after the division turns every NaN into
@@ -48,7 +50,8 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 #    it is the exact score; where den <= 0 it is a division by +-0: +inf, NaN (-> +inf), or
 #    -inf, and only -inf is wrong. So if the minimum found is not -inf, every score equals the
 #    exact one; if it is -inf (some numerator is negative, or -inf), the exact scores are
-#    computed and searched again. This saves three passes in the common case.
+#    computed and searched again. In the common case this saves the factor f (a pass to
+#    make it, a division) and addcmul's third operand.
 # 3. s without int64 -> float32 conversion: when 0 <= now < 2**31 and the caller knows that
 #    every last_access lies in [0, 2**31) (``clock_bounds``; a table keeps them, NOTE [ Clock
 #    bounds ]), now - last_access is an int32 without overflow, so the column is narrowed to
@@ -333,12 +336,13 @@ def _best_rows(rows: torch.Tensor, k: int) -> torch.Tensor:
     return best.sort().values
 
 
-def _first_min(score: torch.Tensor) -> tuple[int, float]:
-    """Position of the first minimum of ``score`` [M] (no NaN), and that minimum."""
+def _first_min(score: torch.Tensor) -> tuple[int | torch.Tensor, float | torch.Tensor]:
+    """Position of the first minimum of ``score`` [M] (no NaN) and that minimum: Python
+    numbers from the row search, 0-d tensors otherwise (no host read on CUDA)."""
     rows = _rows(score)
     if rows is None:
-        i = int(torch.argmin(score))
-        return i, score[i].item()
+        i = torch.argmin(score)
+        return i, score[i]
     mins = _row_minima(rows)
     r = int(torch.argmin(mins))
     return r * _ROW + int(torch.argmin(rows[r])), mins[r].item()
@@ -368,10 +372,10 @@ def select_torch(
     score = _scores(*cols, scratch=True, exact=not lean)
     if k == 1:
         i, low = _first_min(score)
-        if lean and low == -_INF:  # a lean score may be wrong: compute the exact ones
+        if lean and float(low) == -_INF:  # a lean score may be wrong: use the exact ones
             i, low = _first_min(_scores(*cols, scratch=True, exact=True))
         if state[i].item() == RESIDENT_EVICTABLE:  # one host read (NOTE [ Lean twin ] 5)
-            return torch.tensor([i], device=cost.device)
+            return i.reshape(1) if isinstance(i, torch.Tensor) else torch.tensor([i])
         return (state == RESIDENT_EVICTABLE).nonzero()[:1].reshape(-1)
     if lean and score.amin().item() == -_INF:
         score = _scores(*cols, scratch=True, exact=True)
