@@ -291,7 +291,7 @@ class MetadataTable:
 
     def _derive_many(self, slots: np.ndarray) -> None:
         size = self.host_size[slots].astype(np.float32)
-        cand = self.host_state[slots] == SlotState.RESIDENT_EVICTABLE
+        cand = self.host_state[slots] == _EVICTABLE
         self.host_evictable_size[slots] = np.where(cand, size, _NAN)
 
     def _check_live(self, slots: np.ndarray) -> None:
