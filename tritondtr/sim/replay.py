@@ -123,8 +123,9 @@ class _Run(EngineCalls):
         self.pinned = bytearray(n_s)
         self.refs = [0] * n_s
         self.slot = [-1] * n_s  # engine slot of each storage, -1 before it is created
+        # (UNSYNCED while the replay is lazy)
         self.sid_of_slot: dict[int, int] = {}
-        self.last = [0] * n_s  # last access (NOTE [ Replay semantics ] 2), mirrored in engine
+        self.last = [0] * n_s  # last access (NOTE [ Replay semantics ] 2), the engine's once synced
         self.cost = [0.0] * n_s
         self.clock = 0.0
         self.mem = self.peak = 0
