@@ -3,6 +3,11 @@
 TRITON_INTERPRET is set first, before anything imports the Triton kernels, so that they run
 on CPU tensors under the interpreter. An explicit setting is kept: on a GPU machine run
 ``TRITON_INTERPRET=0 pytest -m gpu`` to test the compiled kernels.
+
+Torch runs one intra-op thread: the tests check values, never speed, and on a 2-core machine
+shared with other jobs torch's OpenMP regions stalled for ~0.1 s per op at random while a
+worker thread was descheduled (docs/benchmarks.md, Scoring): one slow test took over 10
+minutes that way instead of seconds. ``TRITONDTR_TEST_THREADS`` overrides the count.
 """
 
 import os
@@ -11,6 +16,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
+
+torch.set_num_threads(int(os.environ.get("TRITONDTR_TEST_THREADS", "1")))
 
 
 def pytest_collection_modifyitems(config, items):
