@@ -35,6 +35,11 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    so each visit has fewer inputs to recompute and the loop ends.
 # 3. On any exception every lock taken by any frame is released: the pool is as before,
 #    except for storages already recomputed, which are valid resident storages.
+# 4. A frame's missing inputs are recomputed oldest first (creation clock ``born``). The
+#    older one is usually an ancestor of the newer (a residual stream ``x + f(x)``), so it
+#    is computed before its descendants rather than under their locks: on the demo's GPT
+#    the working set of a deep backward recomputation went from 4.26 MiB (17 locked
+#    storages, one residual and one dropout mask per block) to fitting in 3.89 MiB.
 
 # NOTE [ Lazy engine ]
 # 1. Nothing is evicted while the resident bytes stay within the budget, so until then the
@@ -110,6 +115,10 @@ _profiling = torch.autograd._profiler_enabled
 _in_backward = torch._C._current_graph_task_id
 
 
+def _born(frame: list) -> int:
+    return frame[0].born
+
+
 def _range(name: str):
     return torch.profiler.record_function(name)
 
@@ -167,6 +176,7 @@ class Pool:
             return s
         slot = self.engine.new(cost, nbytes, self.now, parents, evictable=not (pinned or backward))
         s = Storage(buf, nbytes, slot, recipe, out, self, pinned)
+        s.born = self.now
         slots = self.slots
         if slot >= len(slots):
             slots.extend([None] * (slot + 1 - len(slots)))
@@ -411,6 +421,8 @@ class Pool:
                     missing = [[e[2], None, frame] for e in s.recipe.inputs
                                if e[5] <= WRITE and e[2].slot >= 0 and e[2].buf is None]
                     if missing:
+                        if len(missing) > 1:  # rule 4: the oldest on top, computed first
+                            missing.sort(key=_born, reverse=True)
                         stack.extend(missing)
                         continue
                     locks = frame[1]
