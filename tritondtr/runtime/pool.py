@@ -37,9 +37,11 @@ The pool keeps every tracked :class:`~tritondtr.runtime.recipe.Storage` in the e
 #    except for storages already recomputed, which are valid resident storages.
 # 4. A frame's missing inputs are recomputed oldest first (creation clock ``born``). The
 #    older one is usually an ancestor of the newer (a residual stream ``x + f(x)``), so it
-#    is computed before its descendants rather than under their locks: on the demo's GPT
-#    the working set of a deep backward recomputation went from 4.26 MiB (17 locked
-#    storages, one residual and one dropout mask per block) to fitting in 3.89 MiB.
+#    is computed before its descendants rather than under their locks, and is not
+#    recomputed once inside the newer one's frame, lost, and recomputed again. Newest first,
+#    a residual chain of 12 blocks under ``stress`` took 81,831 rematerializations (x4 per
+#    two blocks) against 741, and on the demo's GPT a deep backward recomputation locked 17
+#    storages (4.26 MiB, one residual and one dropout mask per block) where 3.89 MiB now do.
 
 # NOTE [ Lazy engine ]
 # 1. Nothing is evicted while the resident bytes stay within the budget, so until then the
