@@ -65,3 +65,51 @@ def test_budget_none_measures_peak():
     _, _, stats = run("mlp", budget=None)
     assert stats.peak_bytes > 0 and stats.evictions == 0 and stats.budget is None
     assert stats.ops > 0 and stats.op_counts["aten.mm.default"] > 0
+
+
+def _step(name, scale, budget=None, heuristic="dtr_eq", use_dtr=True):
+    case = make(name, scale=scale)
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
+    if not use_dtr:
+        return case, train_step(case, opt).detach(), None
+    with rt.enable(budget=budget, heuristic=heuristic) as session:
+        loss = rt.unwrap(train_step(case, opt).detach())
+    return case, loss, session.stats
+
+
+def test_locks_of_pending_recomputations_are_released_when_they_fill_the_budget():
+    """NOTE [ Iterative rematerialization ] rule 5: the MLP at width 512 and 30 % recomputes
+    evicted gradients along the backward chain, each level holding the activation it
+    recomputed first, until six of them fill the budget. That raised a BudgetError; now the
+    locks are released and the step equals eager."""
+    ref, ref_loss, _ = _step("mlp", 16, use_dtr=False)
+    _, _, base = _step("mlp", 16)
+    budget = int(0.3 * base.peak_bytes)
+    case, loss, stats = _step("mlp", 16, budget)
+    assert stats.relaxations > 0 and stats.budget_errors == 0
+    assert torch.equal(loss, ref_loss)
+    for p, q in zip(case.model.parameters(), ref.model.parameters()):
+        assert torch.equal(p.grad, q.grad) and torch.equal(p.detach(), q.detach())
+    assert stats.peak_bytes <= budget + stats.max_op_out_bytes
+
+
+def test_thrashing_raises_and_leaves_the_session_usable():
+    """NOTE [ Iterative rematerialization ] rule 6: ``lru`` on the TreeLSTM at 20 % of its
+    peak recomputes the same ~230 storages over and over (logical clocks only: the same
+    victims every run). It stops with a ThrashError, not after minutes."""
+    _, _, base = _step("treelstm", 1)
+    budget = int(0.2 * base.peak_bytes)
+    ref = make("treelstm")
+    ref_loss = ref.loss(ref.model, ref.inputs)
+    case = make("treelstm")
+    with rt.enable(budget=budget, heuristic="lru") as s:
+        loss = case.loss(case.model, case.inputs)
+        with pytest.raises(rt.ThrashError, match=r"thrashes: .* rematerializations of \d+ "
+                                                 r"distinct storages .* Raise the budget"):
+            loss.backward()
+        s.check_invariants()
+        assert s.stats.budget_errors == 1
+        assert torch.equal(rt.unwrap(loss.detach()), ref_loss.detach())
+        small = torch.ones(10) + 1
+        assert small.sum().item() == 20.0
+    assert isinstance(rt.ThrashError("aten.mm.default", 1, 2, 1), rt.BudgetError)

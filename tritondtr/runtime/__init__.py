@@ -8,7 +8,7 @@ Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.recipe`.
 
 from .api import enable
 from .config import RuntimeConfig
-from .errors import BudgetError, StaleInputError, UnsupportedOpError
+from .errors import BudgetError, StaleInputError, ThrashError, UnsupportedOpError
 from .session import Session
 from .stats import SessionStats
 from .tensor import DTRTensor, is_tracked, unwrap
@@ -23,5 +23,6 @@ __all__ = [
     "unwrap",
     "BudgetError",
     "StaleInputError",
+    "ThrashError",
     "UnsupportedOpError",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..units import format_bytes
 
-__all__ = ["BudgetError", "StaleInputError", "UnsupportedOpError"]
+__all__ = ["BudgetError", "StaleInputError", "ThrashError", "UnsupportedOpError"]
 
 
 class BudgetError(RuntimeError):
@@ -20,6 +20,29 @@ class BudgetError(RuntimeError):
             f"working set of {op}: {format_bytes(needed)} ({needed} bytes) must stay resident "
             f"for it and nothing else can be evicted. Pinned/locked: {pinned}. Raise the budget "
             "(budget=None measures the unlimited peak) or shrink the op (smaller batch)."
+        )
+
+
+class ThrashError(BudgetError):
+    """Making one tensor resident again recomputed the same storages over and over: the
+    budget leaves too little room beside what the recomputation holds (NOTE [ Iterative
+    rematerialization ] rule 6 in runtime/pool.py).
+
+    Raised between two recomputations; what was recomputed stays valid and resident, the
+    session stays usable.
+    """
+
+    def __init__(self, op: str, budget: int, remats: int, storages: int) -> None:
+        self.op, self.budget = op, budget
+        self.needed = budget
+        self.rematerializations, self.storages = remats, storages
+        RuntimeError.__init__(
+            self,
+            f"tritondtr: the budget of {format_bytes(budget)} ({budget} bytes) thrashes: "
+            f"recomputing the output of {op} took {remats} rematerializations of "
+            f"{storages} distinct storages ({remats / storages:.0f} each on average): each "
+            "recomputation evicts what the next one needs. Raise the budget (budget=None "
+            "measures the unlimited peak) or shrink the model's working set (smaller batch)."
         )
 
 

@@ -25,7 +25,10 @@ class SessionStats:
         op_counts: per op name (``"aten.mm.default"``), ops dispatched.
         freed: buffers freed because their last tensor died.
         backward_unpins: times the storages of the backward pass had to be made evictable.
-        budget_errors: :class:`~tritondtr.runtime.BudgetError` raised.
+        budget_errors: :class:`~tritondtr.runtime.BudgetError` raised (ThrashError included).
+        relaxations: times a recomputation did not fit beside the inputs held for the
+            recomputations waiting on it, and those were made evictable again (NOTE [
+            Iterative rematerialization ] rule 5 in runtime/pool.py).
         max_op_out_bytes: the most bytes one op (or one recomputation) added at once; the
             peak never exceeds ``budget + max_op_out_bytes`` (NOTE [ Budget accounting ]).
     """
@@ -42,4 +45,5 @@ class SessionStats:
     freed: int = 0
     backward_unpins: int = 0
     budget_errors: int = 0
+    relaxations: int = 0
     max_op_out_bytes: int = 0
