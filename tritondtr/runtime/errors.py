@@ -26,7 +26,7 @@ class BudgetError(RuntimeError):
 class ThrashError(BudgetError):
     """Making one tensor resident again recomputed the same storages over and over: the
     budget leaves too little room beside what the recomputation holds (NOTE [ Iterative
-    rematerialization ] rule 6 in runtime/pool.py).
+    rematerialization ] rule 6 in runtime/remat.py).
 
     Raised between two recomputations; what was recomputed stays valid and resident, the
     session stays usable.

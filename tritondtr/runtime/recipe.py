@@ -60,7 +60,7 @@ class Storage:
     ``buf._version``). ``recipe`` / ``out``: how to recompute it (``out`` indexes
     ``recipe.outs``). ``pinned``: never evicted while resident. ``held``: a cell (so a
     wrapper the program holds) points at it. ``born``: the pool's clock at creation (it
-    orders recomputations, NOTE [ Iterative rematerialization ] rule 4 in pool.py). While
+    orders recomputations, NOTE [ Iterative rematerialization ] rule 4 in remat.py). While
     the pool defers the engine (NOTE [ Lazy engine ] in pool.py), ``slot`` is a lazy id >=
     ``LAZY``, and ``cost`` (ns), ``seen`` (clock of the last use) and ``backward`` wait here
     for the engine.

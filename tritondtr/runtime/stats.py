@@ -28,7 +28,7 @@ class SessionStats:
         budget_errors: :class:`~tritondtr.runtime.BudgetError` raised (ThrashError included).
         relaxations: times a recomputation did not fit beside the inputs held for the
             recomputations waiting on it, and those were made evictable again (NOTE [
-            Iterative rematerialization ] rule 5 in runtime/pool.py).
+            Iterative rematerialization ] rule 5 in runtime/remat.py).
         max_op_out_bytes: the most bytes one op (or one recomputation) added at once; the
             peak never exceeds ``budget + max_op_out_bytes`` (NOTE [ Budget accounting ]).
     """
