@@ -131,7 +131,7 @@ class Recipe:
     tensor the op wrote (source is a copy taken before the op; the replay writes a copy of it),
     ``PLAIN`` a plain tensor read (``version`` checked before a replay), ``BLANK`` a tracked
     storage the op overwrote entirely (source is :func:`blank`'s description of its buffer;
-    the replay writes a fresh buffer, NOTE [ Overwriting ops ] in session.py).
+    the replay writes a fresh buffer, NOTE [ Overwriting ops ] in outputs.py).
     ``rng``: (generator, state) or None. ``outs``: per produced storage, ``(r, j)`` for return
     ``r`` (element ``j`` of a list return, else -1) or ``(-1, k)`` for the copy written through
     ``inputs[k]``. ``grad``: the grad mode of the first execution, restored for replays

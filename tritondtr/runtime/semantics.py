@@ -12,7 +12,7 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    carrying the same alias set (for ``Tensor(a)[]`` returns, the first aliased argument);
 #    the runtime re-derives it from that argument's storage.
 # 2. A written argument (``Tensor(a!)``, in-place, ``out=``) and a hidden mutation are handled
-#    alike: a tracked storage gets a new version (NOTE [ In-place versions ] in session.py);
+#    alike: a tracked storage gets a new version (NOTE [ In-place versions ] in outputs.py);
 #    a plain tensor is mutated for real and replays mutate a snapshot instead.
 # 3. A return with a write annotation is the written argument itself: the caller's object is
 #    returned (autograd requires in-place ops to return their input).
@@ -38,7 +38,7 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 # 9. Some in-place ops overwrite every element of their written argument without reading it
 #    (``copy_``, ``fill_``, ``zero_`` and the random fills such as ``bernoulli_``, which CPU
 #    dropout applies to an ``empty_like``): ``overwrites`` in the table. Their recipes do not
-#    depend on the old version (NOTE [ Overwriting ops ] in session.py).
+#    depend on the old version (NOTE [ Overwriting ops ] in outputs.py).
 """
 
 from __future__ import annotations

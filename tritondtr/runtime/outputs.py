@@ -1,0 +1,171 @@
+"""The outputs of a tracked op: fresh storages, views, and new versions of written inputs.
+
+:func:`outputs` is the general case of ``Session._call``; the session inlines its common
+cases (one fresh output, one view, an in-place op on its first argument) and shares
+:func:`fresh`, :func:`view_of` and :func:`forget` with this module.
+
+# NOTE [ In-place versions ]
+# 1. An op writing a tracked tensor really writes its buffer (no copy), and the buffer becomes
+#    a new storage version whose recipe is "copy the old version, apply the op". The old
+#    version becomes an evicted storage that keeps its recipe, so the dependents that read it
+#    can still be recomputed; the alias cell points at the new version, so every alias (views,
+#    detached tensors) sees the new contents. This works with or without aliases.
+# 2. An op writing a plain tensor writes it for real; if the op also produces tracked outputs,
+#    the recipe keeps a copy taken before the op, and replays write a copy of that copy.
+#    Batch norm's running statistics are such a write (NOTE [ Op semantics ] rule 2), so a
+#    replay never updates them twice.
+
+# NOTE [ Overwriting ops ]
+# 1. An op that writes every element of a tracked argument without reading it (NOTE [ Op
+#    semantics ] rule 9: ``copy_``, ``fill_``, ``zero_``, ``bernoulli_``, ...) produces a new
+#    version that does not depend on the old one, provided the argument covers its whole
+#    buffer (dense, as many bytes as the storage) and no other argument reads that buffer.
+# 2. Then the recipe's entry is ``BLANK`` (the buffer's size and geometry, not the old
+#    storage): a replay writes a fresh uninitialized buffer instead of rematerializing and
+#    copying the old version, and the old version is not a parent (no engine edge, not kept
+#    alive by the recipe). CPU dropout (``empty_like(x).bernoulli_(p)``) is the common case.
+# 3. The first execution is unchanged (the op writes the old buffer in place), and so is
+#    what ``tritondtr.trace`` records (the call reads the old version).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .recipe import WRITE, Cell, Recipe, blank, geometry
+from .semantics import ONE, OTHER
+from .tensor import DTRTensor
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["blank_writes", "forget", "fresh", "outputs", "view_of"]
+
+
+def outputs(session: Session, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng,
+             cost):
+    """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
+    tracked, views wrapped over their argument's cell, written arguments given new versions
+    (NOTE [ In-place versions ] rule 1), written returns given back as the caller's objects."""
+    pool, rets = session.pool, info.rets
+    single = len(rets) == 1
+    res = [out] if single else list(out) if rets else []
+    rec = None
+    for r, (kind, view, wrote_arg) in enumerate(rets):
+        if kind == OTHER:
+            continue
+        o = res[r]
+        if wrote_arg is not None:  # NOTE [ Op semantics ] rule 3
+            res[r] = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]
+        elif view is not None:
+            src = args[view] if type(view) is int else kwargs[view]
+            psrc = pargs[view] if type(view) is int else pkw[view]
+            if type(src) is DTRTensor and src._cell.pool is pool:
+                if kind == ONE:
+                    res[r] = view_of(o, src, psrc)
+                else:
+                    res[r] = [view_of(e, src, psrc) for e in o]
+        elif kind == ONE:
+            if trackable(o, pool):
+                rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                res[r] = fresh(session, o, rec, r, -1, parents, cost)
+        else:
+            for j, e in enumerate(o):
+                if trackable(e, pool):
+                    rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                    o[j] = fresh(session, e, rec, r, j, parents, cost)
+    if wrote:  # NOTE [ In-place versions ] rule 1
+        rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+        seen = set()
+        for cell in wrote:
+            old = cell.storage
+            if id(old) in seen:
+                continue
+            seen.add(id(old))
+            k = next(n for n, e in enumerate(inputs) if e[2] is old)
+            rec.outs.append((-1, k))
+            buf, pinned = old.buf, old.pinned
+            pool.hand_out(old)
+            cell.storage = pool.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
+    if rec is not None:  # the recipe keeps storages, not tensors
+        for e in inputs:
+            forget(pargs, pkw, e)
+    if not rets:
+        return out
+    return res[0] if single else tuple(res)
+
+def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
+    pool, info, never = session.pool, rec.info, session.config.never_evict
+    if pool.device is None:
+        pool.start(o.device)
+    outs = rec.outs
+    outs.append((r, j))
+    pinned = info.never_evict or (info.nondet_bitwise and o.is_cuda) or (
+        never is not None and bool(never(info.name, o)))
+    s = pool.track(o, rec, len(outs) - 1, parents, cost, pinned)
+    return DTRTensor(Cell(s, pool), o, None)
+
+
+def view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
+    """A wrapper for output ``o``, a view of the argument ``src`` (plain value ``psrc``)."""
+    if (o.dtype == psrc.dtype and o.storage_offset() == psrc.storage_offset()
+            and o.size() == psrc.size() and o.stride() == psrc.stride()
+            and o.is_conj() == psrc.is_conj() and o.is_neg() == psrc.is_neg()):
+        view = src._view
+    else:
+        view = geometry(o)
+    return DTRTensor(src._cell, o, view)
+
+
+def blank_writes(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:
+    """NOTE [ Overwriting ops ] rule 1: (index, :func:`blank` description) of each written
+    input whose new version will not depend on the old one; its parent edge is dropped."""
+    found = []
+    for k, e in enumerate(inputs):
+        if e[5] != WRITE:
+            continue
+        s = e[2]
+        if sum(1 for x in inputs if x[2] is s) > 1:
+            continue
+        v = (pargs if type(e[0]) is int else pkw)[e[0]]
+        if e[1] >= 0:
+            v = v[e[1]]
+        if not covers(v, s.nbytes):
+            continue
+        found.append((k, blank(s.buf)))
+        if s.slot in parents:
+            parents.remove(s.slot)
+    return found
+
+
+def covers(v: torch.Tensor, nbytes: int) -> bool:
+    """Whether the elements of ``v`` tile all ``nbytes`` bytes of its storage, each byte
+    once: no offset, and some order of its dimensions is contiguous."""
+    if v.storage_offset() or v.numel() * v.element_size() != nbytes:
+        return False
+    step = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(v.size(), v.stride()) if sz != 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
+def forget(pargs, pkw, e) -> None:
+    """Drop the tensor of recipe input ``e`` from the recipe's call (it keeps the storage)."""
+    pos, j = e[0], e[1]
+    where = pargs if type(pos) is int else pkw
+    if j < 0:
+        where[pos] = None
+    else:
+        where[pos][j] = None
+
+
+def trackable(o, pool) -> bool:
+    if o is None or o.layout is not torch.strided:
+        return False
+    if pool.device is None:
+        return o.device.type != "meta"
+    return o.device == pool.device
