@@ -164,7 +164,7 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
         if provider in failed:
             nan = Stats(*[math.nan] * 5)
             row("step_time", provider, nan, "ms", params=params,
-                note=f"BudgetError: {failed[provider].op}")
+                note=f"{type(failed[provider]).__name__}: {failed[provider].op}")
             continue
         t = timings[provider]
         ms = t.stats(1e3)

@@ -104,7 +104,7 @@ def run_demo(config: GPTConfig | None = None, *, steps: int = 4, batch: int = 8,
     ``refine`` bisection steps between the lowest that worked and the highest that failed.
     No new budget starts once ``time_limit_s`` seconds have passed. ``config``: the model's
     sizes (default: ``GPTConfig()``, 4 layers of width 128)."""
-    from .runtime import BudgetError
+    from .runtime import BudgetError, ThrashError
 
     config = config or GPTConfig()
 
@@ -126,8 +126,10 @@ def run_demo(config: GPTConfig | None = None, *, steps: int = 4, batch: int = 8,
         try:
             loss, grads, st = _train(model0, data, budget, "tritondtr", seed, device)
         except BudgetError as e:
+            why = (f"thrashes ({e.rematerializations} rematerializations)"
+                   if isinstance(e, ThrashError) else f"{e.op} needs {format_bytes(e.needed)}")
             rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None,
-                                error=f"{e.op} needs {format_bytes(e.needed)}"))
+                                error=why))
             return False
         rows.append(DemoRow(f"{r:.1%}", r, budget, st[0], st[1], st[2], st[3],
                             _equal((ref_l, ref_g), (loss, grads))))

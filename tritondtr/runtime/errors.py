@@ -29,7 +29,9 @@ class ThrashError(BudgetError):
     rematerialization ] rule 6 in runtime/remat.py).
 
     Raised between two recomputations; what was recomputed stays valid and resident, the
-    session stays usable.
+    session stays usable. ``op`` is the op whose output was being recomputed, ``needed`` the
+    budget (the working set fit; the schedule did not), ``rematerializations`` and
+    ``storages`` the counts of that recomputation.
     """
 
     def __init__(self, op: str, budget: int, remats: int, storages: int) -> None:
