@@ -22,6 +22,10 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 #    ``note``; the sweep goes on.
 # 4. Targets (issue 4 section 5): not binding <= 1.5x eager on a CPU, <= 1.10x on a GPU
 #    (GPT-2 small); at 50 % <= 1.25x on a GPU. Reported, never asserted.
+# 5. Two reference settings (``floor.py``) place those numbers: ``dispatch-mode`` (a
+#    TorchDispatchMode that only calls each op) and ``wrapper-floor`` (a minimal wrapper
+#    subclass under such a mode: unwrap, call, wrap). The latter is the least any runtime of
+#    tritondtr's design pays per op; tracking minus it is tritondtr's own work.
 
 examples:
   python benchmarks/bench_runtime_budget.py                     # CPU zoo, ~2 min on 2 cores
@@ -44,6 +48,7 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
+from floor import ModeOnly, WrapperFloor  # noqa: E402
 from harness import (  # noqa: E402
     Env,
     Row,
@@ -117,6 +122,15 @@ def under(step: Callable[[], object], **kw) -> tuple[Callable[[], object], list]
     return run, sessions
 
 
+def _inside(mode: type, step: Callable[[], object]) -> Callable[[], object]:
+    """``step`` run inside a fresh ``mode()`` (NOTE [ Runtime step benchmark ] rule 5)."""
+    def run():
+        with mode():
+            step()
+
+    return run
+
+
 def in_rounds(fns: dict[str, Callable[[], object]], device: str, repeats: int,
               max_time_s: float) -> dict[str, Timing]:
     """Time every ``fns`` value in rounds, one sample each per round (NOTE [ Runtime step
@@ -139,8 +153,8 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
     base_run, base_stats = under(b.step, budget=None)
     base_run()
     peak = base_stats[-1].peak_bytes
-    settings = [("eager", None), ("tracking", {"budget": None}),
-                ("not-binding", {"budget": 2 * peak})]
+    settings = [("eager", None), ("dispatch-mode", ModeOnly), ("wrapper-floor", WrapperFloor),
+                ("tracking", {"budget": None}), ("not-binding", {"budget": 2 * peak})]
     settings += [(f"{r:.0%}", {"budget": int(r * peak)}) for r in RATIOS]
     rows, eager_ms = [], math.nan
 
@@ -151,7 +165,12 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
 
     runs, failed = {}, {}
     for provider, kw in settings:
-        runs[provider] = (b.step, []) if kw is None else under(b.step, **kw)
+        if kw is None:
+            runs[provider] = (b.step, [])
+        elif isinstance(kw, dict):
+            runs[provider] = under(b.step, **kw)
+        else:  # a reference mode (floor.py): rule 5
+            runs[provider] = (_inside(kw, b.step), [])
         try:
             runs[provider][0]()
         except BudgetError as e:
@@ -159,7 +178,7 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
     timings = in_rounds({p: r[0] for p, r in runs.items() if p not in failed}, device,
                         repeats, max_time_s)
     for provider, kw in settings:
-        params = "" if kw is None else f"budget={kw['budget']}"
+        params = f"budget={kw['budget']}" if isinstance(kw, dict) else ""
         sessions = runs[provider][1]
         if provider in failed:
             nan = Stats(*[math.nan] * 5)
@@ -168,7 +187,7 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
             continue
         t = timings[provider]
         ms = t.stats(1e3)
-        if kw is None:
+        if provider == "eager":
             eager_ms = ms.median
         row("step_time", provider, ms, "ms", t, params)
         row("slowdown", provider, Stats.of([ms.median / eager_ms]), "x", None, params)

@@ -165,3 +165,25 @@ def test_target_verdicts_from_rows():
     assert not any("not measured" in ln for ln in lines)
     _, lines = bench_scoring.targets(rows[:1], make)
     assert sum("not measured" in ln for ln in lines) == 4
+
+
+@pytest.mark.parametrize("mode", ["ModeOnly", "WrapperFloor"])
+@pytest.mark.parametrize("name", ["mlp", "treelstm"])
+def test_floor_modes_run_a_training_step_exactly(mode, name):
+    """The reference settings of the runtime benchmark (benchmarks/floor.py) time a real
+    step: loss and gradients equal to eager, so the floor is not a broken run."""
+    import floor
+    from zoo import make
+
+    ref, case = make(name), make(name)
+    ref_loss = ref.loss(ref.model, ref.inputs)
+    ref_loss.backward()
+    with getattr(floor, mode)():
+        loss = case.loss(case.model, case.inputs)
+        loss.backward()
+        got = loss.detach()
+        got = got._plain if type(got) is not torch.Tensor else got
+    assert torch.equal(got, ref_loss.detach())
+    for p, q in zip(case.model.parameters(), ref.model.parameters()):
+        g = p.grad._plain if type(p.grad) is not torch.Tensor else p.grad
+        assert torch.equal(g, q.grad)
