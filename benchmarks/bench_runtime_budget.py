@@ -122,7 +122,7 @@ def under(step: Callable[[], object], **kw) -> tuple[Callable[[], object], list]
     return run, sessions
 
 
-def _inside(mode: type, step: Callable[[], object]) -> Callable[[], object]:
+def inside(mode: type, step: Callable[[], object]) -> Callable[[], object]:
     """``step`` run inside a fresh ``mode()`` (NOTE [ Runtime step benchmark ] rule 5)."""
     def run():
         with mode():
@@ -170,7 +170,7 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
         elif isinstance(kw, dict):
             runs[provider] = under(b.step, **kw)
         else:  # a reference mode (floor.py): rule 5
-            runs[provider] = (_inside(kw, b.step), [])
+            runs[provider] = (inside(kw, b.step), [])
         try:
             runs[provider][0]()
         except BudgetError as e:

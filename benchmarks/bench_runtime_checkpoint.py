@@ -14,6 +14,9 @@ compared (checkpoint runs in plain eager mode, as users run it).
 # 2. Rows per model: ``step_time`` (ms) for ``eager``, ``checkpoint`` and ``tritondtr``;
 #    ``peak`` (bytes) for all three; ``vs_checkpoint`` = tritondtr / checkpoint step time
 #    (target: <= 1, issue 4 section 5). ``size`` is eager's peak in bytes.
+# 4. ``wrapper-floor`` (``floor.py``): the plain step under a minimal wrapper subclass, timed
+#    in the same rounds; no memory is saved (its ``peak`` row is eager's). Where it is slower
+#    than ``checkpoint``, no runtime of tritondtr's design can reach the target on that model.
 # 3. The LSTM and the TreeLSTM of the zoo have no segmentation checkpoint can use (one fused
 #    op; a data-dependent tree) and are not in this comparison.
 
@@ -37,7 +40,8 @@ from torch.utils.checkpoint import checkpoint_sequential
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from bench_runtime_budget import in_rounds, under  # noqa: E402
+from bench_runtime_budget import in_rounds, inside, under  # noqa: E402
+from floor import WrapperFloor  # noqa: E402
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
 MODELS = ("mlp", "cnn", "gpt")
@@ -109,10 +113,11 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             break
         budget -= stats[-1].peak_bytes - ckpt_peak
     dtr_run, dtr_stats = under(plain, budget=budget)
-    timings = in_rounds({"eager": plain, "checkpoint": ckpt, "tritondtr": dtr_run},
+    timings = in_rounds({"eager": plain, "checkpoint": ckpt, "tritondtr": dtr_run,
+                         "wrapper-floor": inside(WrapperFloor, plain)},
                         args.device, args.repeats, args.max_time)  # timed in rounds
     peaks = {"eager": eager_peak, "checkpoint": ckpt_peak,
-             "tritondtr": max(s.peak_bytes for s in dtr_stats)}
+             "tritondtr": max(s.peak_bytes for s in dtr_stats), "wrapper-floor": eager_peak}
     params = f"model={name};scale={args.scale};budget={budget}"
     note = "budget search (budget, peak): " + ", ".join(f"({b}, {p})" for b, p in tries)
     rows = []
@@ -162,12 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(rows, args.out / f"runtime_checkpoint_{tag}.csv")
     write_json(rows, args.out / f"runtime_checkpoint_{tag}.json")
     lines = [f"Hardware: {describe_device(args.device)}", "",
-             "| model | eager ms | checkpoint ms | tritondtr ms | eager peak | checkpoint peak "
-             "| tritondtr peak | tritondtr / checkpoint (target <= 1) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | eager ms | checkpoint ms | tritondtr ms | wrapper-floor ms | eager peak "
+             "| checkpoint peak | tritondtr peak | tritondtr / checkpoint (target <= 1) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in args.models:
         get = {(r.what, r.provider): r for r in rows if r.params.startswith(f"model={name};")}
-        ms = [get["step_time", k].median for k in ("eager", "checkpoint", "tritondtr")]
+        ms = [get["step_time", k].median
+              for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")]
         pk = [int(get["peak", k].median) for k in ("eager", "checkpoint", "tritondtr")]
         lines.append(f"| {name} | " + " | ".join(f"{m:.1f}" for m in ms) + " | "
                      + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"runtime_checkpoint_{tag}.md").write_text("\n".join(lines) + "\n")
     ms = {k: [next(r.median for r in rows if r.what == "step_time" and r.provider == k
                    and r.params.startswith(f"model={m};")) for m in args.models]
-          for k in ("eager", "checkpoint", "tritondtr")}
+          for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")}
     _bars(list(args.models), {k: [v / e for v, e in zip(ms[k], ms["eager"])] for k in ms},
           "step time / eager", "tritondtr vs torch.utils.checkpoint at the same peak\n"
           + describe_device(args.device), args.out / f"runtime_checkpoint_{tag}.png")
