@@ -68,12 +68,12 @@ def outputs(session: Session, info, args, kwargs, pargs, pkw, out, inputs, paren
                 else:
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
-            if trackable(o, pool):
+            if _trackable(o, pool):
                 rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                 res[r] = fresh(session, o, rec, r, -1, parents, cost)
         else:
             for j, e in enumerate(o):
-                if trackable(e, pool):
+                if _trackable(e, pool):
                     rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                     o[j] = fresh(session, e, rec, r, j, parents, cost)
     if wrote:  # NOTE [ In-place versions ] rule 1
@@ -132,7 +132,7 @@ def blank_writes(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:
         v = (pargs if type(e[0]) is int else pkw)[e[0]]
         if e[1] >= 0:
             v = v[e[1]]
-        if not covers(v, s.nbytes):
+        if not _covers(v, s.nbytes):
             continue
         found.append((k, blank(s.buf)))
         if s.slot in parents:
@@ -140,7 +140,7 @@ def blank_writes(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:
     return found
 
 
-def covers(v: torch.Tensor, nbytes: int) -> bool:
+def _covers(v: torch.Tensor, nbytes: int) -> bool:
     """Whether the elements of ``v`` tile all ``nbytes`` bytes of its storage, each byte
     once: no offset, and some order of its dimensions is contiguous."""
     if v.storage_offset() or v.numel() * v.element_size() != nbytes:
@@ -163,7 +163,7 @@ def forget(pargs, pkw, e) -> None:
         where[pos][j] = None
 
 
-def trackable(o, pool) -> bool:
+def _trackable(o, pool) -> bool:
     if o is None or o.layout is not torch.strided:
         return False
     if pool.device is None:

@@ -248,7 +248,7 @@ class Session:
                     out = view_of(out, src, pargs[info.view1])
             else:
                 out = outputs(self, info, args, kwargs, pargs, pkw, out, inputs, parents,
-                                    wrote, rng, cost)
+                              wrote, rng, cost)
             if self.observer is not None:
                 self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
