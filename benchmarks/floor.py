@@ -58,7 +58,7 @@ class _Wrapped(torch.Tensor):
 def _unwrap(v):
     if type(v) is _Wrapped:
         return v._plain
-    if type(v) in (list, tuple) and v and type(v[0]) is _Wrapped:
+    if type(v) in (list, tuple) and any(type(t) is _Wrapped for t in v):
         return [t._plain if type(t) is _Wrapped else t for t in v]
     return v
 
