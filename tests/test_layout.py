@@ -1,5 +1,6 @@
 """The import direction of STYLE.md: kernels know nothing of tritondtr; the simulator never
-imports the runtime; the engine core imports neither."""
+imports the runtime nor the runtime the simulator; the trace format and the engine core import
+neither."""
 
 import ast
 import pathlib
@@ -39,6 +40,16 @@ def test_kernels_import_nothing_of_tritondtr(path):
 @pytest.mark.parametrize("path", files("tritondtr", "sim"), ids=lambda p: p.name)
 def test_simulator_never_imports_runtime(path):
     assert not {n for n in imports(path) if n.startswith("tritondtr.runtime")}
+
+
+@pytest.mark.parametrize("path", files("tritondtr", "runtime"), ids=lambda p: p.name)
+def test_runtime_never_imports_simulator(path):
+    assert not {n for n in imports(path) if n.startswith("tritondtr.sim")}
+
+
+@pytest.mark.parametrize("path", files("tritondtr", "traceformat"), ids=lambda p: p.name)
+def test_trace_format_imports_neither_runtime_nor_simulator(path):
+    assert not {n for n in imports(path) if n.startswith(("tritondtr.runtime", "tritondtr.sim"))}
 
 
 CORE = ["table.py", "policy.py", "scoring.py", "heuristics.py", "engine.py", "neighborhood.py",

@@ -12,7 +12,7 @@ import zoo
 
 import tritondtr
 from tritondtr.sim import EventKind, baseline, load_trace, simulate
-from tritondtr.sim.trace import Trace
+from tritondtr.traceformat.trace import Trace
 
 _PROGRAM = ("kind", "arg", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
 _ARRAYS = (*_PROGRAM, "op_cost")

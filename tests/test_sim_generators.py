@@ -6,8 +6,8 @@ import pytest
 
 from tritondtr.sim import generators as gen
 from tritondtr.sim.baseline import baseline
-from tritondtr.sim.builder import TraceBuilder
-from tritondtr.sim.trace import EventKind
+from tritondtr.traceformat.builder import TraceBuilder
+from tritondtr.traceformat.trace import EventKind
 
 ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
 

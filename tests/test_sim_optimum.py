@@ -145,7 +145,7 @@ def test_missing_scipy_says_how_to_install(monkeypatch):
 
 
 def test_views_are_refused():
-    from tritondtr.sim.builder import TraceBuilder
+    from tritondtr.traceformat.builder import TraceBuilder
 
     b = TraceBuilder()
     x = b.constant(4)

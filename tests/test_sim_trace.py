@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tritondtr.sim import EventKind, TraceBuilder, TraceError, load_trace, save_trace
-from tritondtr.sim.dtrlog import read_dtr_log
+from tritondtr.traceformat.dtrlog import read_dtr_log
 
 ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
 

@@ -1,5 +1,5 @@
 """The recorder behind ``tritondtr.trace``: the session's observer, called once after each
-executed op, that writes the program into a :class:`~tritondtr.sim.builder.TraceBuilder`.
+executed op, that writes the program into a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 
 # NOTE [ Recording a trace ]
 # 1. The trace is the program, not the schedule: one CALL per op the session dispatched
@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..sim.builder import TraceBuilder
-from ..sim.trace import Trace
+from ..traceformat.builder import TraceBuilder
+from ..traceformat.trace import Trace
 from .recipe import PLAIN, WRITE
 from .semantics import ONE, OTHER
 from .tensor import DTRTensor

@@ -18,8 +18,8 @@ import torch
 
 from ..heuristics import CustomHeuristic, Heuristic
 from ..policy import Backend
-from ..sim.trace import Trace
-from ..sim.trace_io import save_trace
+from ..traceformat.trace import Trace
+from ..traceformat.trace_io import save_trace
 from .config import NeverEvict, RuntimeConfig
 from .recorder import Recorder
 from .session import Session

@@ -6,14 +6,14 @@ written with :class:`TraceBuilder` and :func:`save_trace`. Semantics: NOTE [ Rep
 in :mod:`tritondtr.sim.replay`; formats: docs/trace-format.md.
 """
 
+from ..traceformat.builder import TraceBuilder
+from ..traceformat.dtrlog import read_dtr_log
+from ..traceformat.trace import EventKind, Trace, TraceError
+from ..traceformat.trace_io import detect_format, load_trace, save_trace
 from .baseline import Baseline, baseline
-from .builder import TraceBuilder
-from .dtrlog import read_dtr_log
 from .program import Program, compile_trace
 from .replay import RunStats, replay_program
 from .simulate import DEFAULT_RATIOS, SimResult, make_engine, simulate, sweep
-from .trace import EventKind, Trace, TraceError
-from .trace_io import detect_format, load_trace, save_trace
 
 __all__ = [
     # traces

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..traceformat.trace import Trace, TraceError
 from .program import KIND_CALL, KIND_CONSTANT, KIND_RELEASE, KIND_RETAIN, compile_trace
-from .trace import Trace, TraceError
 
 __all__ = ["Baseline", "baseline"]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .trace import EventKind, Trace
+from ..traceformat.trace import EventKind, Trace
 
 __all__ = ["CheckmateResult", "OpGraph", "solve_checkmate"]
 

@@ -72,10 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ..traceformat.trace_io import load_trace
     from ..units import format_bytes, parse_bytes
     from .baseline import baseline
     from .simulate import DEFAULT_RATIOS, simulate
-    from .trace_io import load_trace
 
     heuristics = [h.strip() for h in args.heuristics.split(",") if h.strip()]
     ratios = args.ratios or list(DEFAULT_RATIOS)

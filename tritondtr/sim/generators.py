@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import EventKind, Trace
+from ..traceformat.trace import EventKind, Trace
 
 __all__ = ["branching", "chain", "random_dag", "transformer"]
 

@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from .trace import EventKind, Trace, TraceError
+from ..traceformat.trace import EventKind, Trace, TraceError
 
 __all__ = ["Program", "compile_trace"]
 

@@ -6,11 +6,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from ..traceformat.trace import Trace
 from ..units import parse_bytes
 from .baseline import Baseline, baseline
 from .program import compile_trace
 from .replay import replay_program
-from .trace import Trace
 
 __all__ = ["DEFAULT_RATIOS", "SimResult", "make_engine", "simulate", "sweep"]
 

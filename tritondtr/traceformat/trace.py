@@ -3,7 +3,7 @@
 A trace is a sequence of *events* over *ops* and *tensors*. Tensors are numbered densely in
 creation order: the outputs of op ``o`` are the tensors ``out_ptr[o] .. out_ptr[o+1]-1``, so an
 op's outputs need no id column. The on-disk forms (docs/trace-format.md) store these arrays
-as they are; :mod:`tritondtr.sim.trace_io` reads and writes them.
+as they are; :mod:`tritondtr.traceformat.trace_io` reads and writes them.
 
 # NOTE [ Trace semantics ]
 # 1. Every tensor is born with one reference. ``retain`` adds one, ``release`` drops one; a
