@@ -124,6 +124,7 @@ def under(step: Callable[[], object], **kw) -> tuple[Callable[[], object], list]
 
 def inside(mode: type, step: Callable[[], object]) -> Callable[[], object]:
     """``step`` run inside a fresh ``mode()`` (NOTE [ Runtime step benchmark ] rule 5)."""
+
     def run():
         with mode():
             step()
@@ -131,8 +132,9 @@ def inside(mode: type, step: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def in_rounds(fns: dict[str, Callable[[], object]], device: str, repeats: int,
-              max_time_s: float) -> dict[str, Timing]:
+def in_rounds(
+    fns: dict[str, Callable[[], object]], device: str, repeats: int, max_time_s: float
+) -> dict[str, Timing]:
     """Time every ``fns`` value in rounds, one sample each per round (NOTE [ Runtime step
     benchmark ] rule 1); each sample is one call after one untimed call."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
@@ -153,15 +155,31 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
     base_run, base_stats = under(b.step, budget=None)
     base_run()
     peak = base_stats[-1].peak_bytes
-    settings = [("eager", None), ("dispatch-mode", ModeOnly), ("wrapper-floor", WrapperFloor),
-                ("tracking", {"budget": None}), ("not-binding", {"budget": 2 * peak})]
+    settings = [
+        ("eager", None),
+        ("dispatch-mode", ModeOnly),
+        ("wrapper-floor", WrapperFloor),
+        ("tracking", {"budget": None}),
+        ("not-binding", {"budget": 2 * peak}),
+    ]
     settings += [(f"{r:.0%}", {"budget": int(r * peak)}) for r in RATIOS]
     rows, eager_ms = [], math.nan
 
     def row(what, provider, stats, unit, timing=None, params="", note=""):
-        rows.append(Row.of(what, provider, peak, stats, unit, device=dev, env=env,
-                           timing=timing, params=f"model={b.name};{params}".rstrip(";"),
-                           note=note))
+        rows.append(
+            Row.of(
+                what,
+                provider,
+                peak,
+                stats,
+                unit,
+                device=dev,
+                env=env,
+                timing=timing,
+                params=f"model={b.name};{params}".rstrip(";"),
+                note=note,
+            )
+        )
 
     runs, failed = {}, {}
     for provider, kw in settings:
@@ -175,15 +193,22 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
             runs[provider][0]()
         except BudgetError as e:
             failed[provider] = e
-    timings = in_rounds({p: r[0] for p, r in runs.items() if p not in failed}, device,
-                        repeats, max_time_s)
+    timings = in_rounds(
+        {p: r[0] for p, r in runs.items() if p not in failed}, device, repeats, max_time_s
+    )
     for provider, kw in settings:
         params = f"budget={kw['budget']}" if isinstance(kw, dict) else ""
         sessions = runs[provider][1]
         if provider in failed:
             nan = Stats(*[math.nan] * 5)
-            row("step_time", provider, nan, "ms", params=params,
-                note=f"{type(failed[provider]).__name__}: {failed[provider].op}")
+            row(
+                "step_time",
+                provider,
+                nan,
+                "ms",
+                params=params,
+                note=f"{type(failed[provider]).__name__}: {failed[provider].op}",
+            )
             continue
         t = timings[provider]
         ms = t.stats(1e3)
@@ -191,15 +216,30 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
             eager_ms = ms.median
         row("step_time", provider, ms, "ms", t, params)
         row("slowdown", provider, Stats.of([ms.median / eager_ms]), "x", None, params)
-        for what, attr in (("peak", "peak_bytes"), ("evictions", "evictions"),
-                           ("rematerializations", "rematerializations")):
+        for what, attr in (
+            ("peak", "peak_bytes"),
+            ("evictions", "evictions"),
+            ("rematerializations", "rematerializations"),
+        ):
             if sessions:
-                row(what, provider, Stats.of([getattr(s, attr) for s in sessions]),
-                    "bytes" if what == "peak" else "count", None, params)
-        print(f"  {b.name:10s} {provider:12s} {ms.median:9.2f} ms  x{ms.median / eager_ms:5.2f}"
-              + (f"  peak {sessions[-1].peak_bytes:>10,d} B  evictions "
-                 f"{sessions[-1].evictions:5d}  remats {sessions[-1].rematerializations:5d}"
-                 if sessions else ""), flush=True)
+                row(
+                    what,
+                    provider,
+                    Stats.of([getattr(s, attr) for s in sessions]),
+                    "bytes" if what == "peak" else "count",
+                    None,
+                    params,
+                )
+        print(
+            f"  {b.name:10s} {provider:12s} {ms.median:9.2f} ms  x{ms.median / eager_ms:5.2f}"
+            + (
+                f"  peak {sessions[-1].peak_bytes:>10,d} B  evictions "
+                f"{sessions[-1].evictions:5d}  remats {sessions[-1].rematerializations:5d}"
+                if sessions
+                else ""
+            ),
+            flush=True,
+        )
     return rows
 
 
@@ -214,24 +254,34 @@ def summary(rows: list[Row], device_type: str) -> str:
     providers = list(dict.fromkeys(r.provider for r in rows if r.what == "step_time"))
     targets = TARGETS.get(device_type, {})
     head = "| model | eager ms | " + " | ".join(
-        p + (f" (target <= {targets[p]}x)" if p in targets else "") for p in providers[1:])
+        p + (f" (target <= {targets[p]}x)" if p in targets else "") for p in providers[1:]
+    )
     lines = [head + " |", "|---|---:|" + "---:|" * (len(providers) - 1)]
     for m in dict.fromkeys(model_of(r) for r in rows):
         cell = {r.provider: f"{r.median:.2f}x" for r in sel if model_of(r) == m}
         cell.update({r.provider: r.note for r in rows if model_of(r) == m and r.note})
-        eager = next(r.median for r in rows if r.what == "step_time" and model_of(r) == m
-                     and r.provider == "eager")
-        lines.append(f"| {m} | {eager:.1f} | "
-                     + " | ".join(cell.get(p, "-") for p in providers[1:]) + " |")
+        eager = next(
+            r.median
+            for r in rows
+            if r.what == "step_time" and model_of(r) == m and r.provider == "eager"
+        )
+        lines.append(
+            f"| {m} | {eager:.1f} | " + " | ".join(cell.get(p, "-") for p in providers[1:]) + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=None,
-                   help=f"zoo models {CPU_MODELS} and/or gpt2-small (default: the zoo on "
-                        "CPU, gpt2-small on CUDA)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        help=f"zoo models {CPU_MODELS} and/or gpt2-small (default: the zoo on "
+        "CPU, gpt2-small on CUDA)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--scale", type=int, default=4, help="zoo width scale (default: 4)")
     p.add_argument("--batch", type=int, default=8, help="gpt2-small batch (default: 8)")
@@ -248,16 +298,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# runtime step time, {describe_device(args.device)}")
     rows: list[Row] = []
     for name in models:
-        rows += bench_model(load(name, args.scale, args.device, args.batch), args.device, env,
-                            args.repeats, args.max_time)
-    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
-                       if device == "cpu" else
-                       torch.cuda.get_device_name().lower().replace(" ", "-"))
+        rows += bench_model(
+            load(name, args.scale, args.device, args.batch),
+            args.device,
+            env,
+            args.repeats,
+            args.max_time,
+        )
+    tag = args.tag or (
+        f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+        if device == "cpu"
+        else torch.cuda.get_device_name().lower().replace(" ", "-")
+    )
     write_csv(rows, args.out / f"runtime_budget_{tag}.csv")
     write_json(rows, args.out / f"runtime_budget_{tag}.json")
     table = summary(rows, device)
     (args.out / f"runtime_budget_{tag}.md").write_text(
-        f"Hardware: {describe_device(args.device)}\n\n{table}\n")
+        f"Hardware: {describe_device(args.device)}\n\n{table}\n"
+    )
     _plot(rows, args.out / f"runtime_budget_{tag}.png", describe_device(args.device))
     print(table)
     return 0
@@ -273,8 +331,11 @@ def _plot(rows: list[Row], path: Path, device: str) -> None:
     x_of = {"tracking": 1.2, "not-binding": 1.0, **{f"{r:.0%}": r for r in RATIOS}}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for m in dict.fromkeys(model_of(r) for r in rows):
-        pts = sorted((x_of[r.provider], r.median) for r in rows if r.what == "slowdown"
-                     and r.provider in x_of and model_of(r) == m)
+        pts = sorted(
+            (x_of[r.provider], r.median)
+            for r in rows
+            if r.what == "slowdown" and r.provider in x_of and model_of(r) == m
+        )
         if pts:
             ax.plot(*zip(*pts), marker="o", label=m)
     ax.axhline(1.0, color="k", lw=0.8, ls=":")

@@ -113,40 +113,92 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             break
         budget -= stats[-1].peak_bytes - ckpt_peak
     dtr_run, dtr_stats = under(plain, budget=budget)
-    timings = in_rounds({"eager": plain, "checkpoint": ckpt, "tritondtr": dtr_run,
-                         "wrapper-floor": inside(WrapperFloor, plain)},
-                        args.device, args.repeats, args.max_time)  # timed in rounds
-    peaks = {"eager": eager_peak, "checkpoint": ckpt_peak,
-             "tritondtr": max(s.peak_bytes for s in dtr_stats), "wrapper-floor": eager_peak}
+    timings = in_rounds(
+        {
+            "eager": plain,
+            "checkpoint": ckpt,
+            "tritondtr": dtr_run,
+            "wrapper-floor": inside(WrapperFloor, plain),
+        },
+        args.device,
+        args.repeats,
+        args.max_time,
+    )  # timed in rounds
+    peaks = {
+        "eager": eager_peak,
+        "checkpoint": ckpt_peak,
+        "tritondtr": max(s.peak_bytes for s in dtr_stats),
+        "wrapper-floor": eager_peak,
+    }
     params = f"model={name};scale={args.scale};budget={budget}"
     note = "budget search (budget, peak): " + ", ".join(f"({b}, {p})" for b, p in tries)
     rows = []
     for provider, t in timings.items():
-        rows.append(Row.of("step_time", provider, eager_peak, t.stats(1e3), "ms", device=dev,
-                           env=env, timing=t, params=params))
-        rows.append(Row.of("peak", provider, eager_peak, Stats.of([peaks[provider]]), "bytes",
-                           device=dev, env=env, params=params,
-                           note=note if provider == "tritondtr" else ""))
+        rows.append(
+            Row.of(
+                "step_time",
+                provider,
+                eager_peak,
+                t.stats(1e3),
+                "ms",
+                device=dev,
+                env=env,
+                timing=t,
+                params=params,
+            )
+        )
+        rows.append(
+            Row.of(
+                "peak",
+                provider,
+                eager_peak,
+                Stats.of([peaks[provider]]),
+                "bytes",
+                device=dev,
+                env=env,
+                params=params,
+                note=note if provider == "tritondtr" else "",
+            )
+        )
     ratio = timings["tritondtr"].stats().median / timings["checkpoint"].stats().median
-    rows.append(Row.of("vs_checkpoint", "tritondtr", eager_peak, Stats.of([ratio]), "x",
-                       device=dev, env=env, params=params))
+    rows.append(
+        Row.of(
+            "vs_checkpoint",
+            "tritondtr",
+            eager_peak,
+            Stats.of([ratio]),
+            "x",
+            device=dev,
+            env=env,
+            params=params,
+        )
+    )
     st = dtr_stats[-1]
-    print(f"  {name:5s} eager {timings['eager'].stats(1e3).median:8.2f} ms peak {eager_peak:>11,d}"
-          f" | checkpoint {timings['checkpoint'].stats(1e3).median:8.2f} ms peak "
-          f"{ckpt_peak:>11,d} | tritondtr {timings['tritondtr'].stats(1e3).median:8.2f} ms "
-          f"peak {peaks['tritondtr']:>11,d} (budget {budget:,d}, {st.rematerializations} "
-          f"remats) | tritondtr/checkpoint {ratio:.2f}x", flush=True)
+    print(
+        f"  {name:5s} eager {timings['eager'].stats(1e3).median:8.2f} ms peak {eager_peak:>11,d}"
+        f" | checkpoint {timings['checkpoint'].stats(1e3).median:8.2f} ms peak "
+        f"{ckpt_peak:>11,d} | tritondtr {timings['tritondtr'].stats(1e3).median:8.2f} ms "
+        f"peak {peaks['tritondtr']:>11,d} (budget {budget:,d}, {st.rematerializations} "
+        f"remats) | tritondtr/checkpoint {ratio:.2f}x",
+        flush=True,
+    )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    p.add_argument("--scale", type=int, default=4, help="width scale of the zoo's mlp and "
-                   "cnn (default: 4); gpt is tritondtr.tinygpt's TinyGPT, 8 layers, width 128, "
-                   "128 tokens")
+    p.add_argument(
+        "--scale",
+        type=int,
+        default=4,
+        help="width scale of the zoo's mlp and "
+        "cnn (default: 4); gpt is tritondtr.tinygpt's TinyGPT, 8 layers, width 128, "
+        "128 tokens",
+    )
     p.add_argument("--batch", type=int, default=8, help="gpt batch (default: 8)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--repeats", type=int, default=7, help="samples per provider (default: 7)")
@@ -161,36 +213,60 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         rows += bench_model(name, args, env)
     device = torch.device(args.device).type
-    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
-                       if device == "cpu" else
-                       torch.cuda.get_device_name().lower().replace(" ", "-"))
+    tag = args.tag or (
+        f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+        if device == "cpu"
+        else torch.cuda.get_device_name().lower().replace(" ", "-")
+    )
     write_csv(rows, args.out / f"runtime_checkpoint_{tag}.csv")
     write_json(rows, args.out / f"runtime_checkpoint_{tag}.json")
-    lines = [f"Hardware: {describe_device(args.device)}", "",
-             "| model | eager ms | checkpoint ms | tritondtr ms | wrapper-floor ms | eager peak "
-             "| checkpoint peak | tritondtr peak | tritondtr / checkpoint (target <= 1) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Hardware: {describe_device(args.device)}",
+        "",
+        "| model | eager ms | checkpoint ms | tritondtr ms | wrapper-floor ms | eager peak "
+        "| checkpoint peak | tritondtr peak | tritondtr / checkpoint (target <= 1) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name in args.models:
         get = {(r.what, r.provider): r for r in rows if r.params.startswith(f"model={name};")}
-        ms = [get["step_time", k].median
-              for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")]
+        ms = [
+            get["step_time", k].median
+            for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")
+        ]
         pk = [int(get["peak", k].median) for k in ("eager", "checkpoint", "tritondtr")]
-        lines.append(f"| {name} | " + " | ".join(f"{m:.1f}" for m in ms) + " | "
-                     + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
-                     + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{m:.1f}" for m in ms)
+            + " | "
+            + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
+            + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x |"
+        )
     (args.out / f"runtime_checkpoint_{tag}.md").write_text("\n".join(lines) + "\n")
-    ms = {k: [next(r.median for r in rows if r.what == "step_time" and r.provider == k
-                   and r.params.startswith(f"model={m};")) for m in args.models]
-          for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")}
-    _bars(list(args.models), {k: [v / e for v, e in zip(ms[k], ms["eager"])] for k in ms},
-          "step time / eager", "tritondtr vs torch.utils.checkpoint at the same peak\n"
-          + describe_device(args.device), args.out / f"runtime_checkpoint_{tag}.png")
+    ms = {
+        k: [
+            next(
+                r.median
+                for r in rows
+                if r.what == "step_time" and r.provider == k and r.params.startswith(f"model={m};")
+            )
+            for m in args.models
+        ]
+        for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")
+    }
+    _bars(
+        list(args.models),
+        {k: [v / e for v, e in zip(ms[k], ms["eager"])] for k in ms},
+        "step time / eager",
+        "tritondtr vs torch.utils.checkpoint at the same peak\n" + describe_device(args.device),
+        args.out / f"runtime_checkpoint_{tag}.png",
+    )
     print("\n".join(lines))
     return 0
 
 
-def _bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
-          path: Path) -> None:
+def _bars(
+    groups: list[str], series: dict[str, list[float]], ylabel: str, title: str, path: Path
+) -> None:
     """Grouped bars: one group per entry of ``groups``, one bar per series."""
     import matplotlib
 

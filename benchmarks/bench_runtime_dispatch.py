@@ -52,6 +52,7 @@ def chain(case: str, k: int, numel: int, device: str):
         x = torch.randn(numel, device=device, requires_grad=case == "add+grad")
         w = torch.randn(numel, device=device)
     if case in ("add", "add+grad"):
+
         def run():
             y = x
             for _ in range(k):
@@ -76,16 +77,19 @@ def chain(case: str, k: int, numel: int, device: str):
             for _ in range(k):
                 y0.add_(w)
     else:
+
         def run():
             y = x
             for _ in range(k):
                 y = torch.mm(y, w)
+
     return run
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--ops", type=int, default=200, help="ops per chain K (default: 200)")
     p.add_argument("--numel", type=int, default=64, help="elements per tensor (default: 64)")
@@ -106,60 +110,118 @@ def main(argv: list[str] | None = None) -> int:
                 session.__enter__()
             try:
                 run = chain(case, k, args.numel, args.device)
-                t = measure(run, device=args.device, warmup=2, repeats=args.repeats,
-                            min_sample_s=0.0)
+                t = measure(
+                    run, device=args.device, warmup=2, repeats=args.repeats, min_sample_s=0.0
+                )
             finally:
                 if session is not None:
                     session.__exit__(None, None, None)
             us = t.stats(1e6 / k)
             params = f"case={case};ops={k};numel={args.numel}"
-            rows.append(Row.of("op_time", setting, args.numel, us, "us", device=dev, env=env,
-                               timing=t, params=params))
+            rows.append(
+                Row.of(
+                    "op_time",
+                    setting,
+                    args.numel,
+                    us,
+                    "us",
+                    device=dev,
+                    env=env,
+                    timing=t,
+                    params=params,
+                )
+            )
             if eager_us is None:
                 eager_us = us.median
             else:
-                rows.append(Row.of("overhead", setting, args.numel,
-                                   Stats.of([us.median - eager_us]), "us", device=dev,
-                                   env=env, params=params))
-            print(f"  {case:9s} {setting:12s} {us.median:8.2f} us/op "
-                  f"(+{us.median - eager_us:7.2f})", flush=True)
+                rows.append(
+                    Row.of(
+                        "overhead",
+                        setting,
+                        args.numel,
+                        Stats.of([us.median - eager_us]),
+                        "us",
+                        device=dev,
+                        env=env,
+                        params=params,
+                    )
+                )
+            print(
+                f"  {case:9s} {setting:12s} {us.median:8.2f} us/op (+{us.median - eager_us:7.2f})",
+                flush=True,
+            )
 
     def setup():
         with enable(budget=None):
             torch.add(torch.ones(1, device=args.device), 1)
 
     t = measure(setup, device=args.device, warmup=2, repeats=args.repeats, min_sample_s=0.0)
-    rows.append(Row.of("session_setup", "tracking", 1, t.stats(1e6), "us", device=dev,
-                       env=env, timing=t, params="with enable(): one op"))
+    rows.append(
+        Row.of(
+            "session_setup",
+            "tracking",
+            1,
+            t.stats(1e6),
+            "us",
+            device=dev,
+            env=env,
+            timing=t,
+            params="with enable(): one op",
+        )
+    )
     print(f"  session setup + one op: {t.stats(1e6).median:.1f} us")
     device = torch.device(args.device).type
-    tag = args.tag or (f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
-                       if device == "cpu" else
-                       torch.cuda.get_device_name().lower().replace(" ", "-"))
+    tag = args.tag or (
+        f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
+        if device == "cpu"
+        else torch.cuda.get_device_name().lower().replace(" ", "-")
+    )
     write_csv(rows, args.out / f"runtime_dispatch_{tag}.csv")
     write_json(rows, args.out / f"runtime_dispatch_{tag}.json")
-    lines = [f"Hardware: {dev}", "", "| case | eager us/op | " + " | ".join(
-        f"{s} us/op (overhead)" for s in list(SETTINGS)[1:]) + " |",
-        "|---|---:|" + "---:|" * (len(SETTINGS) - 1)]
+    lines = [
+        f"Hardware: {dev}",
+        "",
+        "| case | eager us/op | "
+        + " | ".join(f"{s} us/op (overhead)" for s in list(SETTINGS)[1:])
+        + " |",
+        "|---|---:|" + "---:|" * (len(SETTINGS) - 1),
+    ]
     for case in CASES:
-        get = {(r.what, r.provider): r.median for r in rows
-               if r.params.startswith(f"case={case};")}
-        lines.append(f"| {case} | {get['op_time', 'eager']:.2f} | " + " | ".join(
-            f"{get['op_time', s]:.2f} (+{get['overhead', s]:.2f})" for s in list(SETTINGS)[1:])
-            + " |")
+        get = {(r.what, r.provider): r.median for r in rows if r.params.startswith(f"case={case};")}
+        lines.append(
+            f"| {case} | {get['op_time', 'eager']:.2f} | "
+            + " | ".join(
+                f"{get['op_time', s]:.2f} (+{get['overhead', s]:.2f})" for s in list(SETTINGS)[1:]
+            )
+            + " |"
+        )
     lines.append(f"\nSession setup (`with enable(): one op`): {t.stats(1e6).median:.0f} us.")
     (args.out / f"runtime_dispatch_{tag}.md").write_text("\n".join(lines) + "\n")
-    over = {s: [next(r.median for r in rows if r.what == "overhead" and r.provider == s
-                     and r.params.startswith(f"case={c};")) for c in CASES]
-            for s in list(SETTINGS)[1:]}
-    _bars(list(CASES), over, "overhead per op (us)", f"tritondtr per-op overhead\n{dev}",
-          args.out / f"runtime_dispatch_{tag}.png")
+    over = {
+        s: [
+            next(
+                r.median
+                for r in rows
+                if r.what == "overhead" and r.provider == s and r.params.startswith(f"case={c};")
+            )
+            for c in CASES
+        ]
+        for s in list(SETTINGS)[1:]
+    }
+    _bars(
+        list(CASES),
+        over,
+        "overhead per op (us)",
+        f"tritondtr per-op overhead\n{dev}",
+        args.out / f"runtime_dispatch_{tag}.png",
+    )
     print("\n".join(lines))
     return 0
 
 
-def _bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str,
-          path: Path) -> None:
+def _bars(
+    groups: list[str], series: dict[str, list[float]], ylabel: str, title: str, path: Path
+) -> None:
     """Grouped bars: one group per entry of ``groups``, one bar per series."""
     import matplotlib
 

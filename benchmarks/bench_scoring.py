@@ -115,8 +115,13 @@ def triton_unavailable() -> str | None:
 
 def ratio(slow: Row, fast: Row) -> Stats:
     """slow / fast, with the widest spread the two interquartile ranges allow."""
-    return Stats(slow.median / fast.median, slow.q1 / fast.q3, slow.q3 / fast.q1,
-                 slow.min / fast.max, slow.max / fast.min)
+    return Stats(
+        slow.median / fast.median,
+        slow.q1 / fast.q3,
+        slow.q3 / fast.q1,
+        slow.min / fast.max,
+        slow.max / fast.min,
+    )
 
 
 def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
@@ -125,16 +130,32 @@ def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
     found: list[tuple[str, str, bool, Row] | tuple[str, None, None, None]] = []
 
     name = "GPU: triton >= 80 % of copy bandwidth for N >= 2^24"
-    big = [r for r in rows if r.what == "bandwidth_fraction" and r.provider == "triton"
-           and r.size >= 2**24]
-    found += [(f"{name} (N = {r.size:,})", f"{r.median:.2f}", r.median >= 0.8,
-               make("target", "triton", r.size, r.stats(), r.unit)) for r in big]
+    big = [
+        r
+        for r in rows
+        if r.what == "bandwidth_fraction" and r.provider == "triton" and r.size >= 2**24
+    ]
+    found += [
+        (
+            f"{name} (N = {r.size:,})",
+            f"{r.median:.2f}",
+            r.median >= 0.8,
+            make("target", "triton", r.size, r.stats(), r.unit),
+        )
+        for r in big
+    ]
     if not big:
         found.append((name, None, None, None))
     name = "GPU: triton <= 20 us per decision at N = 1e6"
     if r := lat.get(("triton", 10**6)):
-        found.append((name, f"{r.median:.1f} us", r.median <= 20,
-                      make("target", "triton", r.size, r.stats(), "us")))
+        found.append(
+            (
+                name,
+                f"{r.median:.1f} us",
+                r.median <= 20,
+                make("target", "triton", r.size, r.stats(), "us"),
+            )
+        )
     else:
         found.append((name, None, None, None))
     for slow, fast, n, need, name in (
@@ -144,10 +165,15 @@ def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
         if (slow, n) in lat and (fast, n) in lat:
             s = ratio(lat[slow, n], lat[fast, n])
             mins = lat[slow, n].min / lat[fast, n].min  # the least disturbed samples
-            found.append((name, f"{s.median:.1f}x of medians (IQR bounds {s.q1:.1f}x to "
-                          f"{s.q3:.1f}x; {mins:.1f}x of minima)",
-                          s.median >= need, make("target", f"{slow}/{fast}", n, s, "x",
-                                                 on=fast)))
+            found.append(
+                (
+                    name,
+                    f"{s.median:.1f}x of medians (IQR bounds {s.q1:.1f}x to "
+                    f"{s.q3:.1f}x; {mins:.1f}x of minima)",
+                    s.median >= need,
+                    make("target", f"{slow}/{fast}", n, s, "x", on=fast),
+                )
+            )
         else:
             found.append((name, None, None, None))
     out, lines = [], []
@@ -161,8 +187,19 @@ def targets(rows: list[Row], make) -> tuple[list[Row], list[str]]:
     return out, lines
 
 
-def run_case(p: str, n: int, h: Heuristic, cols, now: int, ref: list[int], seed: int,
-             repeats: int, budget: float, make, copy_gbs: dict[str, float]) -> list[Row]:
+def run_case(
+    p: str,
+    n: int,
+    h: Heuristic,
+    cols,
+    now: int,
+    ref: list[int],
+    seed: int,
+    repeats: int,
+    budget: float,
+    make,
+    copy_gbs: dict[str, float],
+) -> list[Row]:
     """Check provider ``p``'s victim against ``ref`` (rule 3), time it, return its rows."""
     fn = decision(p, h, cols, now, seed)
     got = fn()
@@ -173,13 +210,24 @@ def run_case(p: str, n: int, h: Heuristic, cols, now: int, ref: list[int], seed:
     dev = "cuda" if p in ON_CUDA else "cpu"
     t = measure(fn, device=dev, repeats=repeats, max_time_s=budget)
     lat = t.stats(1e6)
-    rows = [make("decision_latency", p, n, lat, "us", t, note),
-            make("throughput", p, n, lat.map(lambda us: n / us * 1e6), "candidates/s", t, note)]
+    rows = [
+        make("decision_latency", p, n, lat, "us", t, note),
+        make("throughput", p, n, lat.map(lambda us: n / us * 1e6), "candidates/s", t, note),
+    ]
     if p != "python":  # a Python scan is nowhere near memory-bound: no bandwidth rows
         bw = lat.map(lambda us: BYTES_READ[h] * n / us * 1e-3)
         rows.append(make("bandwidth", p, n, bw, "GB/s", t, note))
-        rows.append(make("bandwidth_fraction", p, n, bw.map(lambda g: g / copy_gbs[dev]),
-                         "fraction of copy bandwidth", t, note))
+        rows.append(
+            make(
+                "bandwidth_fraction",
+                p,
+                n,
+                bw.map(lambda g: g / copy_gbs[dev]),
+                "fraction of copy bandwidth",
+                t,
+                note,
+            )
+        )
     return rows
 
 
@@ -190,12 +238,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the quick default: 1e3..1e6")
     ap.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS))
     ap.add_argument("--heuristic", default="dtr", choices=[h.value for h in Heuristic])
-    ap.add_argument("--evictable", type=float, default=1.0,
-                    help="fraction of the N slots that are candidates (default 1)")
-    ap.add_argument("--python-max", type=parse_size, default=10**5,
-                    help="largest N for the Python loop (default 1e5: it is slow)")
-    ap.add_argument("--cpu-max", type=parse_size, default=10**7,
-                    help="largest N for torch (CPU) and numpy (default 1e7)")
+    ap.add_argument(
+        "--evictable",
+        type=float,
+        default=1.0,
+        help="fraction of the N slots that are candidates (default 1)",
+    )
+    ap.add_argument(
+        "--python-max",
+        type=parse_size,
+        default=10**5,
+        help="largest N for the Python loop (default 1e5: it is slow)",
+    )
+    ap.add_argument(
+        "--cpu-max",
+        type=parse_size,
+        default=10**7,
+        help="largest N for torch (CPU) and numpy (default 1e7)",
+    )
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("out/bench"), help="output folder")
@@ -214,9 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     repeats, budget = (15, 5.0) if args.full else (7, 1.0)
     h = Heuristic(args.heuristic)
     env = Env.capture()
-    caps = {"python": (args.python_max, "--python-max"), "torch": (args.cpu_max, "--cpu-max"),
-            "torch-bare": (args.cpu_max, "--cpu-max"),
-            "numpy": (args.cpu_max, "--cpu-max")}
+    caps = {
+        "python": (args.python_max, "--python-max"),
+        "torch": (args.cpu_max, "--cpu-max"),
+        "torch-bare": (args.cpu_max, "--cpu-max"),
+        "numpy": (args.cpu_max, "--cpu-max"),
+    }
     providers, notes = [], []
     if hasattr(os, "getloadavg"):  # a busy machine is a noisy one: say how busy it was
         notes.append("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
@@ -233,14 +296,26 @@ def main(argv: list[str] | None = None) -> int:
     if not providers:
         print("\n".join(notes) + "\nnothing to measure: no requested provider can run here")
         return 1
-    where = {d: describe_device(d) for d in {"cuda" if p in ON_CUDA else "cpu"
-                                            for p in providers} | {"cpu"}}
+    where = {
+        d: describe_device(d)
+        for d in {"cuda" if p in ON_CUDA else "cpu" for p in providers} | {"cpu"}
+    }
     params = f"heuristic={h.value};k=1;evictable={args.evictable};seed={args.seed}"
 
     def make(what, provider, size, stats, unit, timing=None, note="", on=None):
         dev = where["cuda" if (on or provider) in ON_CUDA else "cpu"]
-        return Row.of(what, provider, size, stats, unit, device=dev, env=env, timing=timing,
-                      params=params, note=note)
+        return Row.of(
+            what,
+            provider,
+            size,
+            stats,
+            unit,
+            device=dev,
+            env=env,
+            timing=timing,
+            params=params,
+            note=note,
+        )
 
     for line in notes:
         print(line)
@@ -249,12 +324,24 @@ def main(argv: list[str] | None = None) -> int:
     for d in sorted({"cuda" if p in ON_CUDA else "cpu" for p in providers if p != "python"}):
         stats, timing = copy_bandwidth(d)
         copy_gbs[d] = stats.median
-        rows.append(Row.of("copy_bandwidth", f"copy_ ({d})", 0, stats, "GB/s", device=where[d],
-                           env=env, timing=timing, params="read+write bytes of Tensor.copy_"))
+        rows.append(
+            Row.of(
+                "copy_bandwidth",
+                f"copy_ ({d})",
+                0,
+                stats,
+                "GB/s",
+                device=where[d],
+                env=env,
+                timing=timing,
+                params="read+write bytes of Tensor.copy_",
+            )
+        )
 
     todo = {n: [p for p in providers if n <= caps.get(p, (n,))[0]] for n in sizes}
-    with tqdm(total=sum(map(len, todo.values())), desc="scoring", unit="case",
-              file=sys.stderr) as bar:
+    with tqdm(
+        total=sum(map(len, todo.values())), desc="scoring", unit="case", file=sys.stderr
+    ) as bar:
         for n, ps in todo.items():
             if not ps:
                 continue
@@ -268,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix_str(f"{p} N={n:,}")
                 cols = gpu_cols if p in ON_CUDA else table if p == "torch" else bare
                 try:
-                    rows += run_case(p, n, h, cols, now, ref, args.seed, repeats, budget,
-                                     make, copy_gbs)
+                    rows += run_case(
+                        p, n, h, cols, now, ref, args.seed, repeats, budget, make, copy_gbs
+                    )
                 except Exception as e:  # one provider failing must not lose the others' rows
                     notes.append(f"{p} failed at N = {n:,}: {type(e).__name__}: {e}")
                     print(notes[-1], file=sys.stderr)
@@ -282,14 +370,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         verdicts = ["----  the targets are defined for heuristic dtr; none evaluated"]
     tag = args.tag or _default_tag(cuda)
-    files = [write_csv(rows, args.out / f"scoring_{tag}.csv"),
-             write_json(rows, args.out / f"scoring_{tag}.json")]
-    title = (f"scoring + selection (k=1, {h.value}), incl. D2H read of the victim\n"
-             + "; ".join(sorted(set(where.values()))) + f"\ntorch {env.torch}, "
-             f"triton {env.triton}, git {env.git_sha}, {env.date}")
-    files.append(plot_rows(rows, [("decision_latency", "us per decision"),
-                                  ("throughput", "candidates per second")],
-                           args.out / f"scoring_{tag}.png", title=title))
+    files = [
+        write_csv(rows, args.out / f"scoring_{tag}.csv"),
+        write_json(rows, args.out / f"scoring_{tag}.json"),
+    ]
+    title = (
+        f"scoring + selection (k=1, {h.value}), incl. D2H read of the victim\n"
+        + "; ".join(sorted(set(where.values())))
+        + f"\ntorch {env.torch}, "
+        f"triton {env.triton}, git {env.git_sha}, {env.date}"
+    )
+    files.append(
+        plot_rows(
+            rows,
+            [("decision_latency", "us per decision"), ("throughput", "candidates per second")],
+            args.out / f"scoring_{tag}.png",
+            title=title,
+        )
+    )
     report = _report(rows, where, copy_gbs, env, notes, verdicts, h)
     files.append(args.out / f"scoring_{tag}.md")
     files[-1].write_text(report.lstrip() + "\n")
@@ -316,15 +414,25 @@ def _default_tag(cuda: bool) -> str:
 
 
 def _report(rows, where, copy_gbs, env, notes, verdicts, h) -> str:
-    lines = ["", f"# scoring + selection, k=1, heuristic {h.value} "
-             f"({BYTES_READ[h]} bytes/slot read)", ""]
+    lines = [
+        "",
+        f"# scoring + selection, k=1, heuristic {h.value} ({BYTES_READ[h]} bytes/slot read)",
+        "",
+    ]
     lines += [f"- {d}: {w}" for d, w in sorted(where.items())]
     lines += [f"- copy bandwidth ({d}): {g:.1f} GB/s (read + write)" for d, g in copy_gbs.items()]
-    lines += [f"- torch {env.torch}, triton {env.triton}, python {env.python}, "
-              f"git {env.git_sha}, {env.date}"]
+    lines += [
+        f"- torch {env.torch}, triton {env.triton}, python {env.python}, "
+        f"git {env.git_sha}, {env.date}"
+    ]
     lines += [f"- {n}" for n in notes]
-    lines += ["", pivot_markdown(rows, "decision_latency",
-                                 lambda r: f"{r.median:.4g} ({r.q1:.3g}-{r.q3:.3g})"), ""]
+    lines += [
+        "",
+        pivot_markdown(
+            rows, "decision_latency", lambda r: f"{r.median:.4g} ({r.q1:.3g}-{r.q3:.3g})"
+        ),
+        "",
+    ]
     lines += [pivot_markdown(rows, "throughput", lambda r: f"{r.median:.3g}"), ""]
     if any(r.what == "bandwidth_fraction" for r in rows):
         lines += [pivot_markdown(rows, "bandwidth_fraction", lambda r: f"{r.median:.3f}"), ""]

@@ -55,8 +55,12 @@ OUT = Path(__file__).parent / "results"
 def filled_table(n: int, device: str) -> MetadataTable:
     rng = np.random.default_rng(0)
     t = MetadataTable(capacity=n, device=device)
-    t.add_many(rng.uniform(1, 100, n).astype(np.float32), rng.integers(1, 1 << 20, n),
-               rng.integers(0, 1000, n), nbhd_cost=rng.uniform(0, 10, n).astype(np.float32))
+    t.add_many(
+        rng.uniform(1, 100, n).astype(np.float32),
+        rng.integers(1, 1 << 20, n),
+        rng.integers(0, 1000, n),
+        nbhd_cost=rng.uniform(0, 10, n).astype(np.float32),
+    )
     return t
 
 
@@ -78,14 +82,27 @@ def sampling(row) -> None:
     cases = [(chain, {"budget": b}, b) for b in (68, 90, 135, 180, 360)]
     cases += [(dag, {"ratio": r}, int(100 * r)) for r in (0.9, 0.7, 0.5, 0.4)]
     for trace, budget, size in cases:
-        exact = simulate(trace, "dtr_eq", overhead_limit=3.0, backend="torch", device="cpu",
-                         **budget)
-        samp = simulate(trace, "dtr_eq", overhead_limit=3.0, **budget,
-                        engine_factory=lambda h: SampledEngine(h, capacity=4096))
+        exact = simulate(
+            trace, "dtr_eq", overhead_limit=3.0, backend="torch", device="cpu", **budget
+        )
+        samp = simulate(
+            trace,
+            "dtr_eq",
+            overhead_limit=3.0,
+            **budget,
+            engine_factory=lambda h: SampledEngine(h, capacity=4096),
+        )
         params = f"trace={trace.meta['name']};" + ";".join(f"{k}={v}" for k, v in budget.items())
         for name, r in (("full-scan", exact), ("sqrt-sample", samp)):
-            row("sampling_overhead", name, size, Stats.of([r.overhead]), "x", params,
-                f"{r.status}, wall {r.wall_s:.2f}s")
+            row(
+                "sampling_overhead",
+                name,
+                size,
+                Stats.of([r.overhead]),
+                "x",
+                params,
+                f"{r.status}, wall {r.wall_s:.2f}s",
+            )
             row("sampling_wall_s", name, size, Stats.of([r.wall_s]), "s", params)
 
 
@@ -96,13 +113,23 @@ def throughput(row, top: int, device: str) -> None:
         t0 = time.perf_counter()
         trace = gen.chain(n // 2)
         gen_s = time.perf_counter() - t0
-        row("generate_rate", "chain", trace.num_tensors, Stats.of([trace.num_tensors / gen_s]),
-            "tensors/s")
+        row(
+            "generate_rate",
+            "chain",
+            trace.num_tensors,
+            Stats.of([trace.num_tensors / gen_s]),
+            "tensors/s",
+        )
         trace = gen.random_dag(n, live=64)
         t0 = time.perf_counter()
         compile_trace(trace)
-        row("compile_rate", "random_dag", trace.num_events,
-            Stats.of([trace.num_events / (time.perf_counter() - t0)]), "events/s")
+        row(
+            "compile_rate",
+            "random_dag",
+            trace.num_events,
+            Stats.of([trace.num_events / (time.perf_counter() - t0)]),
+            "events/s",
+        )
         rates = []
         for _ in range(3):
             trace._baseline = None  # baseline() caches its result on the trace
@@ -110,13 +137,19 @@ def throughput(row, top: int, device: str) -> None:
             baseline(trace)
             rates.append(trace.num_events / (time.perf_counter() - t0))
         row("baseline_rate", "random_dag", trace.num_events, Stats.of(rates), "events/s")
-        runs = [simulate(trace, "dtr_eq", ratio=1.0, backend="auto", device=device)
-                for _ in range(3)]
+        runs = [
+            simulate(trace, "dtr_eq", ratio=1.0, backend="auto", device=device) for _ in range(3)
+        ]
         r = runs[-1]
-        row("replay_rate", "dtr_eq-ratio1.0", trace.num_events,
-            Stats.of([trace.num_events / x.wall_s for x in runs]), "events/s",
+        row(
+            "replay_rate",
+            "dtr_eq-ratio1.0",
+            trace.num_events,
+            Stats.of([trace.num_events / x.wall_s for x in runs]),
+            "events/s",
             note=f"{r.status}, {r.evictions} evictions, {r.eager_evictions} eager, "
-                 f"wall {min(x.wall_s for x in runs):.2f}-{max(x.wall_s for x in runs):.2f}s")
+            f"wall {min(x.wall_s for x in runs):.2f}-{max(x.wall_s for x in runs):.2f}s",
+        )
 
 
 def decisions(row, top: int, device: str) -> None:
@@ -125,8 +158,7 @@ def decisions(row, top: int, device: str) -> None:
     for e in range(3, top + 2):
         n = 10**e
         t = filled_table(n, device)
-        full = measure(lambda t=t: t.select("dtr", 2000), device=device, repeats=5,
-                       max_time_s=10)
+        full = measure(lambda t=t: t.select("dtr", 2000), device=device, repeats=5, max_time_s=10)
         row("decision_us", f"full-scan-{device}", n, full.stats(1e6), "us")
         samp = measure(lambda t=t: sampled_choice(t, rng), repeats=5, max_time_s=10)
         row("decision_us", "sqrt-sample-host", n, samp.stats(1e6), "us")
@@ -137,10 +169,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="1e7 events and 1e7 candidates")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (default 1, NOTE [ Scaling benchmark ] 5)")
-    ap.add_argument("--only", choices=["replay", "decision", "sampling"],
-                    help="run one part alone")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1, NOTE [ Scaling benchmark ] 5)",
+    )
+    ap.add_argument("--only", choices=["replay", "decision", "sampling"], help="run one part alone")
     args = ap.parse_args(argv)
     if args.threads < 1:
         ap.error(f"--threads must be >= 1, got {args.threads}")
@@ -149,10 +184,22 @@ def main(argv=None) -> int:
     rows: list[Row] = []
 
     def row(what, provider, size, stats, unit, params="", note=""):
-        rows.append(Row.of(what, provider, int(size), stats, unit, device=dev, env=env,
-                           params=params, note=note))
-        print(f"{what:20s} {provider:12s} {size:>9d} {stats.median:12.4g} {unit} {note}",
-              flush=True)
+        rows.append(
+            Row.of(
+                what,
+                provider,
+                int(size),
+                stats,
+                unit,
+                device=dev,
+                env=env,
+                params=params,
+                note=note,
+            )
+        )
+        print(
+            f"{what:20s} {provider:12s} {size:>9d} {stats.median:12.4g} {unit} {note}", flush=True
+        )
 
     top = 7 if args.full else 6
     if args.only in (None, "sampling"):
@@ -169,20 +216,33 @@ def main(argv=None) -> int:
         if args.device.startswith("cuda") and torch.cuda.is_available():
             trace = gen.random_dag(10**6, live=200_000)
             r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=args.device)
-            row("gpu_1m_trace_s", "full-scan", trace.num_tensors, Stats.of([r.wall_s]), "s",
-                note=f"{r.status}, {r.selections} selections")
+            row(
+                "gpu_1m_trace_s",
+                "full-scan",
+                trace.num_tensors,
+                Stats.of([r.wall_s]),
+                "s",
+                note=f"{r.status}, {r.selections} selections",
+            )
         else:
             print("gpu_1m_trace_s: not measured (no CUDA device); run with --device cuda")
     suffix = "" if args.device == "cpu" else "_" + args.device.replace(":", "")
     csv = OUT / f"sim_scaling{suffix}.csv"
     if args.only is not None and csv.exists():  # keep the rows of the part not rerun
         mine = {r.what for r in rows}
-        rows = [r for r in read_csv(csv)
-                if r.what not in mine and not r.what.startswith("sampling")] + rows
+        rows = [
+            r for r in read_csv(csv) if r.what not in mine and not r.what.startswith("sampling")
+        ] + rows
     write_csv(rows, csv)
-    plot_rows(rows, [("replay_rate", "trace events / s (x: events)"),
-                     ("decision_us", "us per decision (x: candidates)")],
-              OUT / f"sim_scaling{suffix}.png", title=f"simulator scaling ({dev})")
+    plot_rows(
+        rows,
+        [
+            ("replay_rate", "trace events / s (x: events)"),
+            ("decision_us", "us per decision (x: candidates)"),
+        ],
+        OUT / f"sim_scaling{suffix}.png",
+        title=f"simulator scaling ({dev})",
+    )
     return 0
 
 

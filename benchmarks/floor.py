@@ -39,8 +39,13 @@ class _Wrapped(torch.Tensor):
     @staticmethod
     def __new__(cls, plain: torch.Tensor):
         r = torch.Tensor._make_wrapper_subclass(
-            cls, plain.size(), strides=plain.stride(), storage_offset=plain.storage_offset(),
-            dtype=plain.dtype, device=plain.device)
+            cls,
+            plain.size(),
+            strides=plain.stride(),
+            storage_offset=plain.storage_offset(),
+            dtype=plain.dtype,
+            device=plain.device,
+        )
         r._plain = plain
         return r
 
@@ -77,8 +82,9 @@ class WrapperFloor(TorchDispatchMode):
         if isinstance(out, torch.Tensor):
             return self._wrap(out, args, pargs)
         if type(out) in (tuple, list):
-            return type(out)(self._wrap(o, args, pargs) if isinstance(o, torch.Tensor) else o
-                             for o in out)
+            return type(out)(
+                self._wrap(o, args, pargs) if isinstance(o, torch.Tensor) else o for o in out
+            )
         return out
 
     @staticmethod

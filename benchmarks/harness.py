@@ -174,8 +174,9 @@ def copy_bandwidth(
         nbytes = (1 << 30) if dev.type == "cuda" else (256 << 20)
     src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
-    timing = measure(lambda: dst.copy_(src), device=dev, warmup=2, repeats=repeats,
-                     min_sample_s=0.0)
+    timing = measure(
+        lambda: dst.copy_(src), device=dev, warmup=2, repeats=repeats, min_sample_s=0.0
+    )
     return timing.stats().map(lambda t: 2 * nbytes / t / 1e9), timing
 
 
@@ -187,12 +188,16 @@ def describe_device(device: torch.device | str) -> str:
     dev = torch.device(device)
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
-        return (f"{p.name} ({p.total_memory / 2**30:.1f} GiB, cc {p.major}.{p.minor}, "
-                f"{p.multi_processor_count} SMs)")
+        return (
+            f"{p.name} ({p.total_memory / 2**30:.1f} GiB, cc {p.major}.{p.minor}, "
+            f"{p.multi_processor_count} SMs)"
+        )
     if dev.type != "cpu":
         return str(dev)
-    return (f"CPU: {_cpu_model()}, {os.cpu_count()} cores {platform.machine()}, "
-            f"{_ram_gib():.0f} GiB RAM, torch threads: {torch.get_num_threads()}")
+    return (
+        f"CPU: {_cpu_model()}, {os.cpu_count()} cores {platform.machine()}, "
+        f"{_ram_gib():.0f} GiB RAM, torch threads: {torch.get_num_threads()}"
+    )
 
 
 def _cpu_model() -> str:
@@ -216,10 +221,17 @@ def _ram_gib() -> float:
 def _git_sha() -> str:
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here,
-                             capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=here,
-                               capture_output=True, timeout=10)
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD"], cwd=here, capture_output=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha.stdout.strip() + ("-dirty" if dirty.returncode == 1 else "")
@@ -244,8 +256,9 @@ class Env:
         except ImportError:
             triton_version = "not installed"
         now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
-        return cls(torch.__version__, triton_version, sys.version.split()[0], _git_sha(),
-                   now.isoformat())
+        return cls(
+            torch.__version__, triton_version, sys.version.split()[0], _git_sha(), now.isoformat()
+        )
 
 
 # ------------------------------------------------------------------------------- rows
@@ -298,17 +311,33 @@ class Row:
         """A row from ``stats``; ``timing`` (when the stats come from one) gives repeats/loops."""
         repeats = len(timing.samples) if timing is not None else 1
         loops = timing.loops if timing is not None else 1
-        return cls(what, provider, int(size), *dataclasses.astuple(stats), unit, repeats, loops,
-                   params, device, env.torch, env.triton, env.python, env.git_sha, env.date,
-                   note)
+        return cls(
+            what,
+            provider,
+            int(size),
+            *dataclasses.astuple(stats),
+            unit,
+            repeats,
+            loops,
+            params,
+            device,
+            env.torch,
+            env.triton,
+            env.python,
+            env.git_sha,
+            env.date,
+            note,
+        )
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> Row:
         """Inverse of ``dataclasses.asdict``, also from the strings of a CSV file."""
         missing = [f for f in SCHEMA if f not in d]
         if missing:
-            raise ValueError(f"not a benchmark row: missing field(s) {missing}; "
-                             f"expected the schema {list(SCHEMA)}")
+            raise ValueError(
+                f"not a benchmark row: missing field(s) {missing}; "
+                f"expected the schema {list(SCHEMA)}"
+            )
         kw = {}
         for f in dataclasses.fields(cls):
             v = d[f.name]
@@ -323,8 +352,13 @@ SCHEMA: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Row))
 """Column names of every CSV and JSON result file, in order."""
 
 _TYPES: dict[str, Callable[[object], object]] = {
-    f: (int if f in ("size", "repeats", "loops")
-        else float if f in ("median", "q1", "q3", "min", "max") else str)
+    f: (
+        int
+        if f in ("size", "repeats", "loops")
+        else float
+        if f in ("median", "q1", "q3", "min", "max")
+        else str
+    )
     for f in SCHEMA
 }
 
@@ -337,8 +371,12 @@ def write_csv(rows: Iterable[Row], path: str | Path) -> Path:
         w = csv.DictWriter(f, fieldnames=SCHEMA)
         w.writeheader()
         for r in rows:
-            w.writerow({k: repr(v) if isinstance(v, float) else v
-                        for k, v in dataclasses.asdict(r).items()})
+            w.writerow(
+                {
+                    k: repr(v) if isinstance(v, float) else v
+                    for k, v in dataclasses.asdict(r).items()
+                }
+            )
     return path
 
 
@@ -375,8 +413,9 @@ def pivot_markdown(
     cell = {(r.size, r.provider): fmt(r) for r in sel}
     sizes = sorted({r.size for r in sel})
     lines = [f"| N | {' | '.join(providers)} |", "|---:" + "|---:" * len(providers) + "|"]
-    lines += [f"| {n:,} | " + " | ".join(cell.get((n, p), "-") for p in providers) + " |"
-              for n in sizes]
+    lines += [
+        f"| {n:,} | " + " | ".join(cell.get((n, p), "-") for p in providers) + " |" for n in sizes
+    ]
     return f"{what} ({unit})\n\n" + "\n".join(lines)
 
 

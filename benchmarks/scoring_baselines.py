@@ -19,8 +19,15 @@ import torch
 from tritondtr import Heuristic, MetadataTable
 from tritondtr.scoring import RESIDENT_EVICTABLE, random_base
 
-__all__ = ["BYTES_READ", "PyColumns", "score_numpy", "select_numpy", "select_python",
-           "synthetic_columns", "synthetic_table"]
+__all__ = [
+    "BYTES_READ",
+    "PyColumns",
+    "score_numpy",
+    "select_numpy",
+    "select_python",
+    "synthetic_columns",
+    "synthetic_table",
+]
 
 COLUMNS = ("cost", "size", "last_access", "nbhd_cost", "state")
 
@@ -61,8 +68,13 @@ def synthetic_columns(
     other = 2 + torch.randint(0, 2, (n,), generator=g, dtype=torch.int8)  # locked / evicted
     cand = torch.rand(n, generator=g) < evictable
     state = torch.where(cand, torch.ones_like(other), other)
-    cols = {"cost": cost, "size": size, "last_access": last_access, "nbhd_cost": nbhd_cost,
-            "state": state}
+    cols = {
+        "cost": cost,
+        "size": size,
+        "last_access": last_access,
+        "nbhd_cost": nbhd_cost,
+        "state": state,
+    }
     return cols, now
 
 
@@ -140,28 +152,34 @@ def _py_key(h: Heuristic, p: PyColumns, now: int, seed: int) -> Callable[[int], 
     inf = math.inf
 
     if h in (Heuristic.DTR, Heuristic.DTR_EQ):
+
         def dtr(i: int) -> float:
             den = size[i] * (now - last[i])
             if not den > 0:
                 return inf
             v = (cost[i] + nbhd[i]) / den
             return inf if v != v else v
+
         return dtr
     if h is Heuristic.DTR_LOCAL:
+
         def dtr_local(i: int) -> float:
             den = size[i] * (now - last[i])
             if not den > 0:
                 return inf
             v = cost[i] / den
             return inf if v != v else v
+
         return dtr_local
     if h is Heuristic.MSPS:
+
         def msps(i: int) -> float:
             den = size[i]
             if not den > 0:
                 return inf
             v = (cost[i] + nbhd[i]) / den
             return inf if v != v else v
+
         return msps
     if h is Heuristic.LRU:
         return lambda i: last[i]

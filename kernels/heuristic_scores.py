@@ -24,7 +24,13 @@ _LRU = tl.constexpr(3)
 _SIZE = tl.constexpr(4)
 _RANDOM = tl.constexpr(5)
 HEURISTIC_IDS = {
-    "dtr": 0, "dtr_eq": 0, "dtr_local": 1, "msps": 2, "lru": 3, "size": 4, "random": 5,
+    "dtr": 0,
+    "dtr_eq": 0,
+    "dtr_local": 1,
+    "msps": 2,
+    "lru": 3,
+    "size": 4,
+    "random": 5,
 }
 _INT_KEYED = ("lru", "size")
 
@@ -45,11 +51,17 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 @triton.jit
 def _tile_keys(
     # pointers to the columns, [N] each
-    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
+    cost_ptr,
+    size_ptr,
+    last_access_ptr,
+    nbhd_cost_ptr,
+    state_ptr,
     # slot ids of the tile, [BLOCK] int64, and which of them are < N
-    offs, in_range,
+    offs,
+    in_range,
     # scalars
-    now, rand_base,
+    now,
+    rand_base,
     # meta-parameters
     HEURISTIC: tl.constexpr,
 ):
@@ -103,27 +115,45 @@ def _tile_keys(
 @triton.jit(do_not_specialize=["now", "rand_base"])
 def _score_kernel(
     # pointers: the columns [N] and the output [N] (float32, or int64 for lru and size)
-    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr, out_ptr,
+    cost_ptr,
+    size_ptr,
+    last_access_ptr,
+    nbhd_cost_ptr,
+    state_ptr,
+    out_ptr,
     # sizes
     N,
     # scalars
-    now, rand_base,
+    now,
+    rand_base,
     # meta-parameters
-    HEURISTIC: tl.constexpr, BLOCK: tl.constexpr,
+    HEURISTIC: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """One tile of BLOCK slots per program: out[i] = key of slot i."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = offs < N
     key, _ = _tile_keys(
-        cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
-        offs, in_range, now, rand_base, HEURISTIC,
+        cost_ptr,
+        size_ptr,
+        last_access_ptr,
+        nbhd_cost_ptr,
+        state_ptr,
+        offs,
+        in_range,
+        now,
+        rand_base,
+        HEURISTIC,
     )
     tl.store(out_ptr + offs, key, mask=in_range)
 
 
 _COLUMNS = (
-    ("cost", torch.float32), ("size", torch.int64), ("last_access", torch.int64),
-    ("nbhd_cost", torch.float32), ("state", torch.int8),
+    ("cost", torch.float32),
+    ("size", torch.int64),
+    ("last_access", torch.int64),
+    ("nbhd_cost", torch.float32),
+    ("state", torch.int8),
 )
 
 
@@ -132,9 +162,7 @@ def key_dtype(name: str) -> torch.dtype:
     return torch.int64 if name in _INT_KEYED else torch.float32
 
 
-def check_columns(
-    name: str, cols: tuple[torch.Tensor, ...], now: int, rand_base: int
-) -> int:
+def check_columns(name: str, cols: tuple[torch.Tensor, ...], now: int, rand_base: int) -> int:
     """Validate a launcher's arguments; returns N. Raises ValueError saying what was wrong."""
     if name not in HEURISTIC_IDS:
         raise ValueError(
@@ -209,7 +237,14 @@ def score(
     block = _block(n, out.device)
     grid = (triton.cdiv(n, block),)
     _score_kernel[grid](
-        *cols, out, n, now, rand_base,
-        HEURISTIC=HEURISTIC_IDS[name], BLOCK=block, num_warps=4, enable_fp_fusion=False,
+        *cols,
+        out,
+        n,
+        now,
+        rand_base,
+        HEURISTIC=HEURISTIC_IDS[name],
+        BLOCK=block,
+        num_warps=4,
+        enable_fp_fusion=False,
     )
     return out

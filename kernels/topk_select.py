@@ -120,9 +120,19 @@ def _fold(key, idx, acc_key, acc_idx, best_key, best_idx, SENT: tl.constexpr, K:
 
 @triton.jit
 def _best_of_tiles(
-    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr, N, now, rand_base,
-    HEURISTIC: tl.constexpr, KEY_DTYPE: tl.constexpr, SENT: tl.constexpr,
-    K: tl.constexpr, BLOCK: tl.constexpr,
+    cost_ptr,
+    size_ptr,
+    last_access_ptr,
+    nbhd_cost_ptr,
+    state_ptr,
+    N,
+    now,
+    rand_base,
+    HEURISTIC: tl.constexpr,
+    KEY_DTYPE: tl.constexpr,
+    SENT: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Phase 1: the best K pairs of this program's tiles, [K] keys and [K] int64 slots."""
     lanes = tl.arange(0, BLOCK)
@@ -134,8 +144,16 @@ def _best_of_tiles(
     for start in range(tl.program_id(0).to(tl.int64) * BLOCK, N, step):
         offs = (start + lanes).to(tl.int64)
         key, cand = _tile_keys(
-            cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
-            offs, offs < N, now, rand_base, HEURISTIC,
+            cost_ptr,
+            size_ptr,
+            last_access_ptr,
+            nbhd_cost_ptr,
+            state_ptr,
+            offs,
+            offs < N,
+            now,
+            rand_base,
+            HEURISTIC,
         )
         idx = tl.where(cand, offs, _INT64_MAX)
         acc_key, acc_idx, best_key, best_idx = _fold(
@@ -150,8 +168,13 @@ def _best_of_tiles(
 
 @triton.jit
 def _best_of_partials(
-    part_key_ptr, part_idx_ptr, n_part,
-    KEY_DTYPE: tl.constexpr, SENT: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+    part_key_ptr,
+    part_idx_ptr,
+    n_part,
+    KEY_DTYPE: tl.constexpr,
+    SENT: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """Phase 2: the best K of the n_part partial pairs, read through L2 (.cg)."""
     lanes = tl.arange(0, BLOCK)
@@ -177,25 +200,47 @@ def _best_of_partials(
 @triton.jit(do_not_specialize=["now", "rand_base"])
 def _select_kernel(
     # pointers: the columns, [N] each
-    cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr,
+    cost_ptr,
+    size_ptr,
+    last_access_ptr,
+    nbhd_cost_ptr,
+    state_ptr,
     # pointers: workspace, partials [P * K] (keys: KEY_DTYPE, slots: int64), counter [1] int32
-    part_key_ptr, part_idx_ptr, counter_ptr,
+    part_key_ptr,
+    part_idx_ptr,
+    counter_ptr,
     # pointer: output [k] int64, slot ids best first, -1 past the last candidate
     out_ptr,
     # sizes
-    N, k,
+    N,
+    k,
     # scalars
-    now, rand_base,
+    now,
+    rand_base,
     # meta-parameters
-    HEURISTIC: tl.constexpr, KEY_DTYPE: tl.constexpr, SENT: tl.constexpr,
-    K: tl.constexpr, BLOCK: tl.constexpr,
+    HEURISTIC: tl.constexpr,
+    KEY_DTYPE: tl.constexpr,
+    SENT: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
     r = tl.arange(0, K)
     best_key, best_idx = _best_of_tiles(
-        cost_ptr, size_ptr, last_access_ptr, nbhd_cost_ptr, state_ptr, N, now, rand_base,
-        HEURISTIC, KEY_DTYPE, SENT, K, BLOCK,
+        cost_ptr,
+        size_ptr,
+        last_access_ptr,
+        nbhd_cost_ptr,
+        state_ptr,
+        N,
+        now,
+        rand_base,
+        HEURISTIC,
+        KEY_DTYPE,
+        SENT,
+        K,
+        BLOCK,
     )
     tl.store(part_key_ptr + pid * K + r, best_key)
     tl.store(part_idx_ptr + pid * K + r, best_idx)
@@ -283,11 +328,22 @@ def select(
     counter = _counter(device)
     try:
         _select_kernel[(p,)](
-            *cols, part_key, part_idx, counter, out, n, k, now, rand_base,
+            *cols,
+            part_key,
+            part_idx,
+            counter,
+            out,
+            n,
+            k,
+            now,
+            rand_base,
             HEURISTIC=HEURISTIC_IDS[name],
             KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
             SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
-            K=k_pad, BLOCK=block, num_warps=4 if k_pad <= 16 else 8, enable_fp_fusion=False,
+            K=k_pad,
+            BLOCK=block,
+            num_warps=4 if k_pad <= 16 else 8,
+            enable_fp_fusion=False,
         )
     except BaseException:
         counter.zero_()  # a failed launch must not leave a stale ticket behind

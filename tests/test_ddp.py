@@ -29,8 +29,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not available",
+)
 
 WORLD = 2
 DEADLINE_S = 180.0  # whole test, spawn included (each worker imports torch)
@@ -46,8 +48,13 @@ def _free_port() -> int:
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)  # same weights on every rank (DDP also broadcasts rank 0's)
     return torch.nn.Sequential(
-        torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Dropout(0.1),
-        torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        torch.nn.Linear(16, 64),
+        torch.nn.Tanh(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 4),
+    )
 
 
 def _step(ddp, x, y, seed: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -64,9 +71,13 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     from tritondtr.runtime import enable, unwrap
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
+    )
     try:
         g = torch.Generator().manual_seed(100 + rank)  # each rank its own shard
         x, y = torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)
@@ -79,8 +90,10 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             try:
                 with enable(**kw) as session:
                     loss, grads = _step(ddp, x, y, seed=7)
-                results[name] = (unwrap(loss).detach().clone(),
-                                 [unwrap(t).detach().clone() for t in grads])
+                results[name] = (
+                    unwrap(loss).detach().clone(),
+                    [unwrap(t).detach().clone() for t in grads],
+                )
                 st = session.stats
                 results[name + " stats"] = (st.peak_bytes, st.evictions, st.rematerializations)
             except Exception as e:
@@ -118,13 +131,15 @@ def _fresh_ddp_inside_context(x, y, ref) -> str:
     except Exception as e:  # reported by the test
         return f"{type(e).__name__}: {str(e).splitlines()[0]}"
     same = torch.equal(unwrap(loss), ref[0]) and all(
-        torch.equal(unwrap(a), b) for a, b in zip(grads, ref[1]))
+        torch.equal(unwrap(a), b) for a, b in zip(grads, ref[1])
+    )
     return "ok" if same else "gradients differ from eager"
 
 
 def _spawn(out_dir: str) -> None:
-    ctx = mp.start_processes(_worker, args=(_free_port(), out_dir), nprocs=WORLD, join=False,
-                             start_method="spawn")
+    ctx = mp.start_processes(
+        _worker, args=(_free_port(), out_dir), nprocs=WORLD, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + DEADLINE_S
     try:
         while not ctx.join(timeout=1.0):  # raises ProcessRaisedException if a worker failed
@@ -159,7 +174,8 @@ def test_ddp_gloo_gradients_equal_eager(ranks):
             _, evictions, remats = res[name + " stats"]
             assert evictions > 0 and remats > 0, (name, evictions, remats)
         assert res["grad types"] == ["Tensor"] * len(ref_grads), (
-            "parameter gradients must stay plain tensors")
+            "parameter gradients must stay plain tensors"
+        )
     # DDP averaged the gradients: every rank holds the same ones, although losses differ.
     for a, b in zip(ranks[0]["eager"][1], ranks[1]["eager"][1]):
         assert torch.equal(a, b)

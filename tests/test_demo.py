@@ -40,9 +40,31 @@ def test_run_demo_rows():
 
 
 def test_cli_writes_table_and_files(tmp_path, capsys):
-    argv = ["demo", "--steps", "1", "--batch", "2", "--ratios", "0.6", "--refine", "0",
-            "--layers", "1", "--width", "32", "--heads", "2", "--block", "16", "--vocab", "64",
-            "--device", "cpu", "--out", str(tmp_path)]
+    argv = [
+        "demo",
+        "--steps",
+        "1",
+        "--batch",
+        "2",
+        "--ratios",
+        "0.6",
+        "--refine",
+        "0",
+        "--layers",
+        "1",
+        "--width",
+        "32",
+        "--heads",
+        "2",
+        "--block",
+        "16",
+        "--vocab",
+        "64",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "lowest budget that works: 60.0%" in out

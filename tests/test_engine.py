@@ -33,6 +33,7 @@ class Twin:
             rb = getattr(self.b, name)(*args, **kwargs)
             assert ra == rb
             return ra
+
         return both
 
     def evict_one(self, now: int) -> int | None:
@@ -59,8 +60,15 @@ def run_twin(heuristic: str, seed: int, n_steps: int = 300, batch: int = 8) -> T
         op = rng.random()
         if op < 0.3 or not slots:
             parents = rng.sample(slots[-10:], min(len(slots[-10:]), rng.randint(0, 3)))
-            slots.append(tw.new(float(rng.randint(0, 4)), rng.randint(0, 3), now, parents,
-                                evictable=rng.random() > 0.05))
+            slots.append(
+                tw.new(
+                    float(rng.randint(0, 4)),
+                    rng.randint(0, 3),
+                    now,
+                    parents,
+                    evictable=rng.random() > 0.05,
+                )
+            )
         elif op < 0.45 and res:
             tw.access(rng.choice(res), now)
         elif op < 0.55 and ev:
@@ -110,8 +118,11 @@ def test_choose_equals_full_reselection(heuristic):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), heuristic=st.sampled_from(["dtr", "dtr_eq", "msps"]),
-       batch=st.sampled_from([1, 2, 8, 64]))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    heuristic=st.sampled_from(["dtr", "dtr_eq", "msps"]),
+    batch=st.sampled_from([1, 2, 8, 64]),
+)
 def test_choose_equals_full_reselection_hypothesis(seed, heuristic, batch):
     run_twin(heuristic, seed, n_steps=120, batch=batch)
 

@@ -22,16 +22,40 @@ ENV = Env(torch="2.13.0", triton="3.9.0", python="3.11.7", git_sha="abc123", dat
 
 
 def _row(**kw) -> Row:
-    base = dict(what="decision_latency", provider="torch", size=1000,
-                stats=Stats(2.0, 1.5, 3.0, 1.0, 9.0), unit="us", device="CPU: test", env=ENV)
+    base = dict(
+        what="decision_latency",
+        provider="torch",
+        size=1000,
+        stats=Stats(2.0, 1.5, 3.0, 1.0, 9.0),
+        unit="us",
+        device="CPU: test",
+        env=ENV,
+    )
     base.update(kw)
     return Row.of(**base)
 
 
 def test_schema_is_fixed():
     assert SCHEMA == (
-        "what", "provider", "size", "median", "q1", "q3", "min", "max", "unit", "repeats",
-        "loops", "params", "device", "torch", "triton", "python", "git_sha", "date", "note",
+        "what",
+        "provider",
+        "size",
+        "median",
+        "q1",
+        "q3",
+        "min",
+        "max",
+        "unit",
+        "repeats",
+        "loops",
+        "params",
+        "device",
+        "torch",
+        "triton",
+        "python",
+        "git_sha",
+        "date",
+        "note",
     )
 
 
@@ -54,8 +78,12 @@ def test_row_of_takes_repeats_and_loops_from_the_timing():
     t = harness.Timing(samples=(1e-6, 2e-6, 3e-6), loops=40)
     r = _row(stats=t.stats(1e6), timing=t, params="heuristic=dtr")
     assert (r.repeats, r.loops, r.median, r.min, r.max) == (3, 40, 2.0, 1.0, 3.0)
-    assert (r.torch, r.git_sha, r.date, r.params) == ("2.13.0", "abc123", "2026-01-01",
-                                                      "heuristic=dtr")
+    assert (r.torch, r.git_sha, r.date, r.params) == (
+        "2.13.0",
+        "abc123",
+        "2026-01-01",
+        "heuristic=dtr",
+    )
 
 
 def test_csv_round_trip_is_exact(tmp_path):
@@ -98,9 +126,12 @@ def test_measure_takes_the_samples_it_is_asked_for():
 
 
 def test_pivot_markdown_has_one_line_per_size_and_a_column_per_provider():
-    rows = [_row(provider="torch", size=10), _row(provider="numpy", size=10),
-            _row(provider="torch", size=100, stats=Stats(5.0, 5, 5, 5, 5)),
-            _row(what="throughput", size=10)]
+    rows = [
+        _row(provider="torch", size=10),
+        _row(provider="numpy", size=10),
+        _row(provider="torch", size=100, stats=Stats(5.0, 5, 5, 5, 5)),
+        _row(what="throughput", size=10),
+    ]
     text = harness.pivot_markdown(rows, "decision_latency")
     assert text.splitlines()[0] == "decision_latency (us)"
     assert "| N | torch | numpy |" in text
@@ -120,16 +151,32 @@ def test_environment_is_described():
     assert env.git_sha and "T" in env.date
 
 
-@pytest.mark.parametrize("text,n", [("1000", 1000), ("1e6", 10**6), ("16M", 16 * 10**6),
-                                    ("2^24", 2**24), ("3k", 3000)])
+@pytest.mark.parametrize(
+    "text,n", [("1000", 1000), ("1e6", 10**6), ("16M", 16 * 10**6), ("2^24", 2**24), ("3k", 3000)]
+)
 def test_sizes_parse(text, n):
     assert bench_scoring.parse_size(text) == n
 
 
 def test_the_scoring_sweep_runs_end_to_end(tmp_path, capsys):
     """A tiny sweep: every provider's victim agrees with the twin (exit status 0, rule 3)."""
-    rc = bench_scoring.main(["--sizes", "100", "2000", "--out", str(tmp_path), "--tag", "t",
-                             "--providers", "torch", "numpy", "python", "--heuristic", "dtr_eq"])
+    rc = bench_scoring.main(
+        [
+            "--sizes",
+            "100",
+            "2000",
+            "--out",
+            str(tmp_path),
+            "--tag",
+            "t",
+            "--providers",
+            "torch",
+            "numpy",
+            "python",
+            "--heuristic",
+            "dtr_eq",
+        ]
+    )
     assert rc == 0
     rows = harness.read_csv(tmp_path / "scoring_t.csv")
     assert harness.read_json(tmp_path / "scoring_t.json") == rows
@@ -150,16 +197,32 @@ def test_target_verdicts_from_rows():
     def lat(provider, n, us):
         return _row(provider=provider, size=n, stats=Stats(us, us, us, us, us))
 
-    frac = [_row(what="bandwidth_fraction", provider="triton", size=n, unit="fraction",
-                 stats=Stats(f, f, f, f, f)) for n, f in ((10**7, 0.1), (2**24, 0.85),
-                                                          (10**8, 0.7))]
-    rows = [*frac, lat("triton", 10**6, 19.0), lat("torch-cuda", 10**6, 80.0),
-            lat("torch", 10**5, 500.0), lat("python", 10**5, 40_000.0)]
+    frac = [
+        _row(
+            what="bandwidth_fraction",
+            provider="triton",
+            size=n,
+            unit="fraction",
+            stats=Stats(f, f, f, f, f),
+        )
+        for n, f in ((10**7, 0.1), (2**24, 0.85), (10**8, 0.7))
+    ]
+    rows = [
+        *frac,
+        lat("triton", 10**6, 19.0),
+        lat("torch-cuda", 10**6, 80.0),
+        lat("torch", 10**5, 500.0),
+        lat("python", 10**5, 40_000.0),
+    ]
     out, lines = bench_scoring.targets(rows, make)
     got = {(r.provider, r.size): r.note.split(":")[0] for r in out}
-    assert got == {("triton", 2**24): "PASS", ("triton", 10**8): "FAIL",
-                   ("triton", 10**6): "PASS", ("torch-cuda/triton", 10**6): "FAIL",
-                   ("python/torch", 10**5): "FAIL"}
+    assert got == {
+        ("triton", 2**24): "PASS",
+        ("triton", 10**8): "FAIL",
+        ("triton", 10**6): "PASS",
+        ("torch-cuda/triton", 10**6): "FAIL",
+        ("python/torch", 10**5): "FAIL",
+    }
     ratio = next(r for r in out if r.provider == "python/torch")
     assert ratio.median == 80.0 and ratio.unit == "x"
     assert not any("not measured" in ln for ln in lines)

@@ -63,8 +63,7 @@ def columns(n: int, kind: str = "mixed", device: str = DEVICE, seed: int = 0) ->
     else:
         state = torch.zeros(n, dtype=torch.int64)
         state[torch.randperm(n, generator=g)[:3]] = 1
-    cols = dict(cost=cost, size=size, last_access=last, nbhd_cost=nbhd,
-                state=state.to(torch.int8))
+    cols = dict(cost=cost, size=size, last_access=last, nbhd_cost=nbhd, state=state.to(torch.int8))
     return {"now": now, "cols": {c: t.to(device) for c, t in cols.items()}}
 
 
@@ -81,8 +80,9 @@ def expected_ids(h: str, data: dict, k: int) -> torch.Tensor:
 
 def kernel_ids(h: str, data: dict, k: int, **tiling) -> torch.Tensor:
     now = data["now"]
-    ids = kernels.select(h, *args(data["cols"]), now=now, rand_base=random_base(SEED, now),
-                         k=k, **tiling)
+    ids = kernels.select(
+        h, *args(data["cols"]), now=now, rand_base=random_base(SEED, now), k=k, **tiling
+    )
     assert ids.dtype == torch.int64 and ids.shape == (k,)
     assert ids.device == data["cols"]["cost"].device
     return ids.cpu()
@@ -150,11 +150,16 @@ def test_many_tiles_per_program(h, k):
 def test_every_tile_improves_the_list(k):
     # Worst case of the threshold filter: each tile beats the whole list so far.
     n = 640
-    data = {"now": 10**6, "cols": dict(
-        cost=torch.ones(n), size=torch.ones(n, dtype=torch.int64),
-        last_access=torch.arange(n, 0, -1), nbhd_cost=torch.zeros(n),
-        state=torch.ones(n, dtype=torch.int8),
-    )}
+    data = {
+        "now": 10**6,
+        "cols": dict(
+            cost=torch.ones(n),
+            size=torch.ones(n, dtype=torch.int64),
+            last_access=torch.arange(n, 0, -1),
+            nbhd_cost=torch.zeros(n),
+            state=torch.ones(n, dtype=torch.int8),
+        ),
+    }
     data["cols"] = {c: t.to(DEVICE) for c, t in data["cols"].items()}
     for h in ("lru", "dtr"):
         check_select(h, data, k, block=64, programs=2)
@@ -165,9 +170,13 @@ def test_all_scores_tie_lowest_slots_win(k):
     n = 1000
     state = torch.zeros(n, dtype=torch.int8)
     state[100:] = 1
-    cols = dict(cost=torch.ones(n), size=torch.ones(n, dtype=torch.int64),
-                last_access=torch.zeros(n, dtype=torch.int64), nbhd_cost=torch.zeros(n),
-                state=state)
+    cols = dict(
+        cost=torch.ones(n),
+        size=torch.ones(n, dtype=torch.int64),
+        last_access=torch.zeros(n, dtype=torch.int64),
+        nbhd_cost=torch.zeros(n),
+        state=state,
+    )
     data = {"now": 3, "cols": {c: t.to(DEVICE) for c, t in cols.items()}}
     for h in ("dtr", "msps", "lru", "size"):
         assert torch.equal(kernel_ids(h, data, k), torch.arange(100, 100 + k))
@@ -179,9 +188,13 @@ def test_inf_scored_candidate_beats_non_candidates(k):
     n = 300
     state = torch.zeros(n, dtype=torch.int8)
     state[250::7] = 1
-    cols = dict(cost=torch.ones(n), size=torch.zeros(n, dtype=torch.int64),
-                last_access=torch.zeros(n, dtype=torch.int64), nbhd_cost=torch.zeros(n),
-                state=state)
+    cols = dict(
+        cost=torch.ones(n),
+        size=torch.zeros(n, dtype=torch.int64),
+        last_access=torch.zeros(n, dtype=torch.int64),
+        nbhd_cost=torch.zeros(n),
+        state=state,
+    )
     data = {"now": 3, "cols": {c: t.to(DEVICE) for c, t in cols.items()}}
     for h in ("dtr", "dtr_local", "msps"):
         assert torch.equal(kernel_ids(h, data, k), torch.arange(250, 300, 7)[:k])
@@ -197,8 +210,9 @@ def test_counter_is_reset_after_each_launch():
 def test_empty_columns():
     cols = columns(0)["cols"]
     assert kernels.score("dtr", *args(cols), now=1, rand_base=0).shape == (0,)
-    assert torch.equal(kernels.select("dtr", *args(cols), now=1, rand_base=0, k=2).cpu(),
-                       torch.full((2,), -1))
+    assert torch.equal(
+        kernels.select("dtr", *args(cols), now=1, rand_base=0, k=2).cpu(), torch.full((2,), -1)
+    )
 
 
 # ------------------------------------------------------------------------ launcher errors
@@ -208,18 +222,30 @@ def _bad(**change):
     return args(cols)
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    (dict(cost=lambda d: torch.zeros(127, dtype=torch.float64, device=d)),
-     "cost must be torch.float32"),
-    (dict(state=lambda d: torch.zeros(127, dtype=torch.int32, device=d)),
-     "state must be torch.int8"),
-    (dict(size=lambda d: torch.zeros(126, dtype=torch.int64, device=d)),
-     "size has 126 slots but cost has 127"),
-    (dict(last_access=lambda d: torch.zeros(254, dtype=torch.int64, device=d)[::2]),
-     "must be contiguous"),
-    (dict(nbhd_cost=lambda d: torch.zeros(1, 127, device=d)), "must be 1-D"),
-    (dict(cost=lambda d: np.zeros(127, np.float32)), "must be a torch.Tensor"),
-], ids=["dtype-cost", "dtype-state", "length", "contiguity", "dim", "numpy"])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (
+            dict(cost=lambda d: torch.zeros(127, dtype=torch.float64, device=d)),
+            "cost must be torch.float32",
+        ),
+        (
+            dict(state=lambda d: torch.zeros(127, dtype=torch.int32, device=d)),
+            "state must be torch.int8",
+        ),
+        (
+            dict(size=lambda d: torch.zeros(126, dtype=torch.int64, device=d)),
+            "size has 126 slots but cost has 127",
+        ),
+        (
+            dict(last_access=lambda d: torch.zeros(254, dtype=torch.int64, device=d)[::2]),
+            "must be contiguous",
+        ),
+        (dict(nbhd_cost=lambda d: torch.zeros(1, 127, device=d)), "must be 1-D"),
+        (dict(cost=lambda d: np.zeros(127, np.float32)), "must be a torch.Tensor"),
+    ],
+    ids=["dtype-cost", "dtype-state", "length", "contiguity", "dim", "numpy"],
+)
 def test_launcher_rejects_bad_columns(change, match):
     cols = _bad(**{c: make(DEVICE) for c, make in change.items()})
     with pytest.raises(ValueError, match=match):
@@ -248,8 +274,12 @@ def test_table_triton_backend_equals_torch(h):
     rng = np.random.default_rng(zlib.crc32(h.encode()))
     table = MetadataTable(64, device=DEVICE)
     n = 3000
-    slots = table.add_many(rng.integers(0, 5, n).astype(np.float32), rng.integers(1, 8, n),
-                           rng.integers(0, 50, n), nbhd_cost=rng.integers(0, 3, n))
+    slots = table.add_many(
+        rng.integers(0, 5, n).astype(np.float32),
+        rng.integers(1, 8, n),
+        rng.integers(0, 50, n),
+        nbhd_cost=rng.integers(0, 3, n),
+    )
     table.free_many(rng.choice(slots, 500, replace=False))
     live = np.flatnonzero(table.host_state != SlotState.FREE)
     table.update_many(rng.choice(live, 800, replace=False), state=SlotState.EVICTED)
@@ -257,8 +287,9 @@ def test_table_triton_backend_equals_torch(h):
     for k in (1, 5, 64):
         got = table.select(h, 60, k, backend="triton", seed=3)
         assert torch.equal(got, table.select(h, 60, k, backend="torch", seed=3))
-    assert torch.equal(table.score(h, 60, backend="triton", seed=3),
-                       table.score(h, 60, backend="torch", seed=3))
+    assert torch.equal(
+        table.score(h, 60, backend="triton", seed=3), table.score(h, 60, backend="torch", seed=3)
+    )
 
 
 # ------------------------------------------------------------------------ import direction
@@ -280,7 +311,7 @@ def test_kernels_import_only_torch_and_triton(path):
 # -------------------------------------------------------------------------- compiled, CUDA
 # The interpreter accepts code that the compiler rejects (it once missed a non-constexpr
 # global): compile for sm_90 ahead of time, which needs triton's bundled ptxas but no GPU.
-_AOT = textwrap.dedent('''
+_AOT = textwrap.dedent("""
     import triton, triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -306,7 +337,7 @@ _AOT = textwrap.dedent('''
         p = ptx(_select_kernel, sig, const, 4 if k <= 16 else 8)
         assert "atom.global.gpu.acq_rel.add" in p and "ld.global.cg" in p, "select: ordering"
     print("compiled")
-''')
+""")
 
 
 def test_kernels_compile_for_sm90_without_a_gpu():
@@ -316,8 +347,9 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     except ImportError:
         pytest.skip("this triton has no ahead-of-time compile API")
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, "-c", _AOT], env=env, capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _AOT], env=env, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0 and "compiled" in run.stdout, run.stderr[-3000:]
 
 

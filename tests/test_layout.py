@@ -52,8 +52,18 @@ def test_trace_format_imports_neither_runtime_nor_simulator(path):
     assert not {n for n in imports(path) if n.startswith(("tritondtr.runtime", "tritondtr.sim"))}
 
 
-CORE = ["table.py", "policy.py", "scoring.py", "heuristics.py", "engine.py", "neighborhood.py",
-        "regions.py", "eqclass.py", "residency.py", "units.py"]
+CORE = [
+    "table.py",
+    "policy.py",
+    "scoring.py",
+    "heuristics.py",
+    "engine.py",
+    "neighborhood.py",
+    "regions.py",
+    "eqclass.py",
+    "residency.py",
+    "units.py",
+]
 
 
 @pytest.mark.parametrize("name", CORE)

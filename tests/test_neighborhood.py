@@ -101,8 +101,11 @@ class Reference:
 
     def nbhd(self, r: int, mode: str) -> np.float32:
         if mode == "eqclass":
-            labels = {self.label[self.node_of[m]]
-                      for m in self.parents[r] | self.children[r] if m in self.evicted}
+            labels = {
+                self.label[self.node_of[m]]
+                for m in self.parents[r] | self.children[r]
+                if m in self.evicted
+            }
             total = sum((self.value[c] for c in labels), Fraction(0))
         else:
             region = self.region(r, self.parents)

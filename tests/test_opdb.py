@@ -49,8 +49,14 @@ from tritondtr.runtime import UnsupportedOpError, enable, unwrap
 
 SEED = 1234
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "opdb.md"
-_DTYPES = (torch.float64, torch.float32, torch.complex128, torch.complex64, torch.bfloat16,
-           torch.float16)
+_DTYPES = (
+    torch.float64,
+    torch.float32,
+    torch.complex128,
+    torch.complex64,
+    torch.bfloat16,
+    torch.float16,
+)
 _UNINITIALISED = re.compile(r"(^|\.|_)empty")
 FAILURES = ("mismatch", "error", "crash")
 _MAX_TRIES = 8  # samples tried before an op counts as "eager cannot run any sample"
@@ -58,17 +64,22 @@ _MAX_TRIES = 8  # samples tried before an op counts as "eager cannot run any sam
 KNOWN_FAILURES: dict[str, str] = {
     # NOTE [ op_db sweep ] rule 6: open problems; strict xfails, so a fix makes the test fail
     # until its entry is removed here.
-    "tensor_split": ("error, not a mismatch: with a tensor of indices the composite op reads "
-                     "the indices' memory in C++ without dispatching (const_data_ptr), which "
-                     "no dispatch-level runtime sees, and PyTorch raises 'data is not "
-                     "allocated yet'; pass the indices as a list or as "
-                     "tritondtr.runtime.unwrap(indices) (docs/runtime.md)"),
+    "tensor_split": (
+        "error, not a mismatch: with a tensor of indices the composite op reads "
+        "the indices' memory in C++ without dispatching (const_data_ptr), which "
+        "no dispatch-level runtime sees, and PyTorch raises 'data is not "
+        "allocated yet'; pass the indices as a list or as "
+        "tritondtr.runtime.unwrap(indices) (docs/runtime.md)"
+    ),
 }
-_GELSY = ("LAPACK gelsy (the CPU default driver) gives other last bits depending on buffer "
-          "alignment: 89 of 200 eager runs on the same inputs differed from the first")
+_GELSY = (
+    "LAPACK gelsy (the CPU default driver) gives other last bits depending on buffer "
+    "alignment: 89 of 200 eager runs on the same inputs differed from the first"
+)
 EAGER_NONDETERMINISTIC: dict[str, str] = {
     # NOTE [ op_db sweep ] rule 7: eager differs from itself; values within 1e-12 relative.
-    "linalg.lstsq": _GELSY, "linalg.lstsq.grad_oriented": _GELSY,
+    "linalg.lstsq": _GELSY,
+    "linalg.lstsq.grad_oriented": _GELSY,
 }
 ISOLATED = {"sparse.mm.reduce"}  # can kill the interpreter: run in a child process
 
@@ -92,6 +103,7 @@ def _program(op, sample, leaves):
     """The program compared: clone inputs, run ``op``, pull cotangents back.
 
     Returns (plain outputs, plain gradients or None per leaf)."""
+
     def clone(t):
         return t.clone() if isinstance(t, torch.Tensor) else t
 
@@ -135,8 +147,11 @@ def _same(a, b, values: bool, tol: bool = False) -> bool:
 def run_sample(op, sample) -> tuple[str, str]:
     """(outcome, detail) of one sample: see NOTE [ op_db sweep ] rule 5. Raises whatever
     eager raises (the sample is then not usable)."""
-    leaves = [t for t in tree_leaves((sample.input, sample.args, sample.kwargs))
-              if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = [
+        t
+        for t in tree_leaves((sample.input, sample.args, sample.kwargs))
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
     ref_out, ref_grad = _program(op, sample, leaves)
     try:
         with enable(stress=True) as session:
@@ -147,8 +162,7 @@ def run_sample(op, sample) -> tuple[str, str]:
         return "error", f"{type(e).__name__}: {e}"
     values = not _UNINITIALISED.search(op.name)
     tol = op_id(op) in EAGER_NONDETERMINISTIC
-    if len(out) != len(ref_out) or not all(_same(a, b, values, tol)
-                                           for a, b in zip(out, ref_out)):
+    if len(out) != len(ref_out) or not all(_same(a, b, values, tol) for a, b in zip(out, ref_out)):
         return "mismatch", "outputs differ from eager"
     if not all(_same(a, b, True, tol) for a, b in zip(grad, ref_grad)):
         bad = [i for i, (a, b) in enumerate(zip(grad, ref_grad)) if not _same(a, b, True, tol)]
@@ -193,14 +207,14 @@ def documented_unsupported(path: Path = DOCS) -> dict[str, str]:
         return {}
     text = path.read_text().split("## Unsupported ops", 1)
     rows = text[1].split("\n## ", 1)[0] if len(text) > 1 else ""
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `([^`]+)` \|(.*)\|$",
-                                                             rows, re.M)}
+    return {
+        m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `([^`]+)` \|(.*)\|$", rows, re.M)
+    }
 
 
 def _check(op, all_samples: bool) -> None:
     if op_id(op) in ISOLATED:
-        outcome, detail, _ = sweep_isolated(all_samples, {op_id(op)}, log=lambda _: None)[
-            op_id(op)]
+        outcome, detail, _ = sweep_isolated(all_samples, {op_id(op)}, log=lambda _: None)[op_id(op)]
     else:
         outcome, detail, _ = sweep_op(op, all_samples)
     if outcome == "eager-error":
@@ -208,7 +222,8 @@ def _check(op, all_samples: bool) -> None:
     if outcome == "unsupported":
         assert op_id(op) in documented_unsupported(), (
             f"{op_id(op)} raises 'not supported' but is not listed in docs/opdb.md "
-            f"(run python tests/test_opdb.py): {detail}")
+            f"(run python tests/test_opdb.py): {detail}"
+        )
         return
     assert outcome == "pass", f"{op_id(op)}: {outcome}: {detail}"
 
@@ -243,21 +258,25 @@ def test_pass_rate_at_least_95_percent():
 
 
 # -------------------------------------------------------------------------- docs/opdb.md
-def write_docs(results: dict[str, tuple[str, str, int]], all_samples: bool, seconds: float,
-               path: Path = DOCS) -> None:
+def write_docs(
+    results: dict[str, tuple[str, str, int]], all_samples: bool, seconds: float, path: Path = DOCS
+) -> None:
     """docs/opdb.md from a sweep's results (op id -> (outcome, detail, samples))."""
     from tritondtr.env import report
 
     env = report()
-    counts = {k: sum(1 for r in results.values() if r[0] == k)
-              for k in ("pass", "unsupported", "eager-error", *FAILURES)}
+    counts = {
+        k: sum(1 for r in results.values() if r[0] == k)
+        for k in ("pass", "unsupported", "eager-error", *FAILURES)
+    }
     tested = len(results) - counts["eager-error"]
     rate = 100.0 * counts["pass"] / max(tested, 1)
     lines = [
         "# PyTorch's operator database under tritondtr",
         "",
         "Generated by `python tests/test_opdb.py"
-        + (" --all-samples" if all_samples else "") + "` (do not edit by hand); checked by "
+        + (" --all-samples" if all_samples else "")
+        + "` (do not edit by hand); checked by "
         "`pytest tests/test_opdb.py` (every sample; `-m 'not slow'`: the first per op).",
         "How ops are run and compared: NOTE [ op_db sweep ] in `tests/test_opdb.py`. In short: "
         "every op of `op_db` that supports autograd on the CPU runs its sample inputs under "
@@ -276,29 +295,37 @@ def write_docs(results: dict[str, tuple[str, str, int]], all_samples: bool, seco
         f"{env['platform']}",
         "",
     ]
-    for title, kinds in (("Unsupported ops", ("unsupported",)),
-                         ("Failures (mismatch, error or crash: bugs)", FAILURES),
-                         ("Not tested (eager rejects every sample tried)", ("eager-error",))):
+    for title, kinds in (
+        ("Unsupported ops", ("unsupported",)),
+        ("Failures (mismatch, error or crash: bugs)", FAILURES),
+        ("Not tested (eager rejects every sample tried)", ("eager-error",)),
+    ):
         lines += [f"## {title}", "", "| op | outcome | cause |", "|---|---|---|"]
         rows = [(k, r) for k, r in sorted(results.items()) if r[0] in kinds]
-        lines += [f"| `{k}` | {r[0]}: {_cell(r[1])} | {_cause(k, r[0], r[1])} |"
-                  for k, r in rows] or ["| (none) | | |"]
+        lines += [
+            f"| `{k}` | {r[0]}: {_cell(r[1])} | {_cause(k, r[0], r[1])} |" for k, r in rows
+        ] or ["| (none) | | |"]
         lines.append("")
     path.write_text("\n".join(lines))
 
 
 def _cause(key: str, outcome: str, detail: str) -> str:
     if outcome == "unsupported" and "Differentiate it" in detail:
-        return ("refused only when differentiated (NOTE [ Op semantics ] rule 7 in "
-                "tritondtr/runtime/semantics.py); runs under torch.no_grad()")
+        return (
+            "refused only when differentiated (NOTE [ Op semantics ] rule 7 in "
+            "tritondtr/runtime/semantics.py); runs under torch.no_grad()"
+        )
     if outcome == "unsupported":
         return "the op (or its decomposition) runs the refused aten op on a tracked tensor"
     return KNOWN_FAILURES.get(key, "not analysed yet")
 
 
 def _cell(text: str) -> str:
-    m = re.match(r"tritondtr: (\S+) is not supported on tracked tensors: (.*?)\. "
-                 r"(Call|Differentiate) it", text)
+    m = re.match(
+        r"tritondtr: (\S+) is not supported on tracked tensors: (.*?)\. "
+        r"(Call|Differentiate) it",
+        text,
+    )
     if m:  # UnsupportedOpError: the aten op (maybe inside the op's decomposition) and why
         text = f"`{m.group(1)}`: {m.group(2)}"
     return text.replace("|", "\\|").replace("\n", " ")[:300]
@@ -326,8 +353,9 @@ def sweep_isolated(all_samples: bool, only: set[str], log=print) -> dict:
         cmd += ["--all-samples"] if all_samples else []
         cmd += ["--ops", *only] if only else []
         current = None
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True) as child:
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        ) as child:
             for line in child.stdout:
                 msg = json.loads(line)
                 if msg[0] == "start":
@@ -338,8 +366,11 @@ def sweep_isolated(all_samples: bool, only: set[str], log=print) -> dict:
                 log(f"{msg[1]:45s} {msg[2]:12s} {msg[5]:6.2f}s  {msg[3][:150]}")
         if current is None:
             break
-        results[current] = ("crash", f"the process died (exit status {child.returncode}) "
-                            "while the op ran under tritondtr", 0)
+        results[current] = (
+            "crash",
+            f"the process died (exit status {child.returncode}) while the op ran under tritondtr",
+            0,
+        )
         log(f"{current:45s} crash")
         start = ids.index(current) + 1
     return results

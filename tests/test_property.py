@@ -29,8 +29,15 @@ from hypothesis import strategies as st  # noqa: E402
 from tritondtr.runtime import BudgetError, enable, unwrap  # noqa: E402
 
 OPCODES = ("unary", "binary", "view", "inplace", "random", "multi", "reduce", "detach")
-UNARY = (torch.tanh, torch.sigmoid, torch.sin, torch.relu, lambda t: t * 0.5,
-         lambda t: t.square().tanh(), torch.neg)
+UNARY = (
+    torch.tanh,
+    torch.sigmoid,
+    torch.sin,
+    torch.relu,
+    lambda t: t * 0.5,
+    lambda t: t.square().tanh(),
+    torch.neg,
+)
 BINARY = (torch.add, torch.mul, torch.sub, torch.maximum, lambda a, b: torch.atan2(a, b + 3))
 
 
@@ -65,8 +72,9 @@ def _binary_operand(a: torch.Tensor, b: torch.Tensor, inplace: bool = False) -> 
     return b if ok else b.sum()
 
 
-def run_program(leaves: list[torch.Tensor], program: list[tuple[int, int, int, int]],
-                seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def run_program(
+    leaves: list[torch.Tensor], program: list[tuple[int, int, int, int]], seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Run ``program`` on (clones of) ``leaves``; returns (every value, gradients of the
     leaves) as plain tensors. NOTE [ Random programs ]."""
     torch.manual_seed(seed)
@@ -121,8 +129,10 @@ def run_program(leaves: list[torch.Tensor], program: list[tuple[int, int, int, i
     diff = [v for v in vals if v.requires_grad]
     loss = sum(v.sum() * (k + 1) / len(diff) for k, v in enumerate(diff))
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    return ([unwrap(v).detach().clone() for v in vals],
-            [unwrap(g).clone() if g is not None else None for g in grads])
+    return (
+        [unwrap(v).detach().clone() for v in vals],
+        [unwrap(g).clone() if g is not None else None for g in grads],
+    )
 
 
 def _leaves() -> list[torch.Tensor]:
@@ -141,17 +151,22 @@ def _equal(x: torch.Tensor, y: torch.Tensor) -> bool:
 def _same(xs, ys) -> bool:
     return len(xs) == len(ys) and all(
         (x is None and y is None) or (x is not None and y is not None and _equal(x, y))
-        for x, y in zip(xs, ys))
+        for x, y in zip(xs, ys)
+    )
 
 
 instruction = st.tuples(*(st.integers(0, 63) for _ in range(4)))
-budgets = st.tuples(st.sampled_from(["unlimited", "stress", "fraction", "fraction"]),
-                    st.floats(0.05, 1.0))
+budgets = st.tuples(
+    st.sampled_from(["unlimited", "stress", "fraction", "fraction"]), st.floats(0.05, 1.0)
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(program=st.lists(instruction, min_size=1, max_size=25), budget=budgets,
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    program=st.lists(instruction, min_size=1, max_size=25),
+    budget=budgets,
+    seed=st.integers(0, 2**31 - 1),
+)
 # std of a single element is NaN, in eager too: NaN must compare equal at the same places.
 @example(program=[(5, 2, 0, 1), (5, 4, 0, 54)], budget=("unlimited", 1.0), seed=0)
 def test_random_programs_equal_eager(program, budget, seed):
@@ -161,8 +176,11 @@ def test_random_programs_equal_eager(program, budget, seed):
         run_program(leaves, program, seed)
     peak = s.stats.peak_bytes
     kind, fraction = budget
-    kw = {"stress": True} if kind == "stress" else {
-        "budget": None if kind == "unlimited" else max(1, int(peak * fraction))}
+    kw = (
+        {"stress": True}
+        if kind == "stress"
+        else {"budget": None if kind == "unlimited" else max(1, int(peak * fraction))}
+    )
     try:
         with enable(**kw) as session:
             vals, grads = run_program(leaves, program, seed)

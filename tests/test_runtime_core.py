@@ -89,8 +89,12 @@ def test_uninitialized_buffers_stay_plain():
     x = leaf(4, 6)
     with rt.enable(budget=None):
         a = x.sin()
-        plain = [torch.empty(4, 6), torch.empty_like(x), x.new_empty(3),
-                 torch.empty_strided((2, 3), (1, 2))]
+        plain = [
+            torch.empty(4, 6),
+            torch.empty_like(x),
+            x.new_empty(3),
+            torch.empty_strided((2, 3), (1, 2)),
+        ]
         assert all(type(t) is torch.Tensor for t in plain)
         assert type(torch.empty_like(a)) is rt.DTRTensor  # from a tracked tensor: tracked
         assert type(a.new_empty(2)) is rt.DTRTensor
@@ -273,15 +277,16 @@ def test_retain_graph_and_double_backward():
     ref.backward(retain_graph=True)
     ref.backward()
     g_ref = x.grad.clone()
-    (gg_ref,) = torch.autograd.grad((torch.autograd.grad((x.sin() * x).sum(), x,
-                                                         create_graph=True)[0] ** 2).sum(), x)
+    (gg_ref,) = torch.autograd.grad(
+        (torch.autograd.grad((x.sin() * x).sum(), x, create_graph=True)[0] ** 2).sum(), x
+    )
     x.grad = None
     with rt.enable(stress=True, debug=True):
         y = (x.sin() * x).sum()
         y.backward(retain_graph=True)
         y.backward()
         (g,) = torch.autograd.grad((x.sin() * x).sum(), x, create_graph=True)
-        (gg,) = torch.autograd.grad((g ** 2).sum(), x)
+        (gg,) = torch.autograd.grad((g**2).sum(), x)
     assert torch.equal(x.grad, g_ref)
     assert torch.equal(rt.unwrap(gg), gg_ref)
 
@@ -331,11 +336,21 @@ def test_100k_deep_chain_recomputes_without_recursion():
     assert s.stats.rematerializations == n + 1  # the adds and torch.zeros
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"budget": -1}, {"budget": "12 parsecs"}, {"budget": 1.5}, {"budget": True},
-    {"heuristic": "nope"}, {"backend": "gpu-magic"}, {"stress": True, "budget": "1MiB"},
-    {"never_evict": 3}, {"debug": "yes"},
-], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"budget": -1},
+        {"budget": "12 parsecs"},
+        {"budget": 1.5},
+        {"budget": True},
+        {"heuristic": "nope"},
+        {"backend": "gpu-magic"},
+        {"stress": True, "budget": "1MiB"},
+        {"never_evict": 3},
+        {"debug": "yes"},
+    ],
+    ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()),
+)
 def test_invalid_arguments(kwargs):
     with pytest.raises(ValueError, match=r"expected|must|unknown|takes no budget|cannot read"):
         rt.enable(**kwargs)
@@ -512,8 +527,7 @@ def test_allocator_oom_with_nothing_to_evict_propagates():
         _FAILS["left"] = 1
         with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
             torch.ops.tritondtr_test.oom_then_double(x + 1)
-        assert torch.equal(rt.unwrap(torch.ops.tritondtr_test.oom_then_double(x + 1)),
-                           (x + 1) * 2)
+        assert torch.equal(rt.unwrap(torch.ops.tritondtr_test.oom_then_double(x + 1)), (x + 1) * 2)
     with rt.enable(budget="1MiB") as s:  # only the op's own (locked) input is tracked
         b = x + 1
         _FAILS["left"] = 5

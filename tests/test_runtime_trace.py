@@ -40,7 +40,8 @@ def _eager(name: str) -> list[torch.Tensor]:
 
 def _same_arrays(a: Trace, b: Trace, names=_ARRAYS) -> bool:
     return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in names) and (
-        a.names == b.names and a.annotations == b.annotations)
+        a.names == b.names and a.annotations == b.annotations
+    )
 
 
 def _events(t: Trace) -> list[tuple]:
@@ -51,8 +52,15 @@ def _events(t: Trace) -> list[tuple]:
         k = EventKind(k)
         if k in (EventKind.CALL, EventKind.CONSTANT):
             lo, hi = t.out_ptr[a], t.out_ptr[a + 1]
-            out.append((k.name, t.names[t.op_name[a]], t.inputs[t.in_ptr[a]:t.in_ptr[a + 1]]
-                        .tolist(), t.size[lo:hi].tolist(), t.alias[lo:hi].tolist()))
+            out.append(
+                (
+                    k.name,
+                    t.names[t.op_name[a]],
+                    t.inputs[t.in_ptr[a] : t.in_ptr[a + 1]].tolist(),
+                    t.size[lo:hi].tolist(),
+                    t.alias[lo:hi].tolist(),
+                )
+            )
         elif k == EventKind.ANNOTATE:
             out.append((k.name, t.annotations[a]))
         else:
@@ -146,8 +154,23 @@ def test_replay_at_a_ratio_and_the_cli(tmp_path):
     from tritondtr.cli import main
 
     out = tmp_path / "sim"
-    assert main(["simulate", str(tmp_path / "gpt.npz"), "--heuristics", "dtr_eq",
-                 "--ratios", "1.0,0.5", "--overhead-limit", "1000", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(tmp_path / "gpt.npz"),
+                "--heuristics",
+                "dtr_eq",
+                "--ratios",
+                "1.0,0.5",
+                "--overhead-limit",
+                "1000",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert (out / "results.csv").read_text().count("\n") == 3  # header + two rows
 
 
@@ -170,8 +193,7 @@ def test_runtime_and_simulator_at_half_the_baseline():
     assert rec.trace.meta["runtime"]["rematerializations"] == st.rematerializations
     const = baseline(rec.trace).constant_bytes
     for slack in (0, st.max_op_out_bytes):
-        r = simulate(rec.trace, "dtr_eq", budget=budget + const + slack,
-                     overhead_limit=NO_THRASH)
+        r = simulate(rec.trace, "dtr_eq", budget=budget + const + slack, overhead_limit=NO_THRASH)
         assert r.status == "ok", (slack, r)
         assert r.evictions > 0 and r.remats > 0
         assert r.peak_bytes <= budget + const + slack

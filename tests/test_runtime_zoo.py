@@ -104,8 +104,11 @@ def test_thrashing_raises_and_leaves_the_session_usable():
     case = make("treelstm")
     with rt.enable(budget=budget, heuristic="lru") as s:
         loss = case.loss(case.model, case.inputs)
-        with pytest.raises(rt.ThrashError, match=r"thrashes: .* rematerializations of \d+ "
-                                                 r"distinct storages .* Raise the budget"):
+        with pytest.raises(
+            rt.ThrashError,
+            match=r"thrashes: .* rematerializations of \d+ "
+            r"distinct storages .* Raise the budget",
+        ):
             loss.backward()
         s.check_invariants()
         assert s.stats.budget_errors == 1

@@ -90,8 +90,9 @@ def check_against_reference(h, cols, now, seed, **hints):
         if state[i] != 1:
             assert got[i].item() in (math.inf, torch.iinfo(torch.int64).max)
             continue
-        want = reference_score(h, cost[i].item(), size[i].item(), last[i].item(),
-                               nbhd[i].item(), now, i, seed)
+        want = reference_score(
+            h, cost[i].item(), size[i].item(), last[i].item(), nbhd[i].item(), now, i, seed
+        )
         assert got[i].item() == want, (i, got[i].item(), want)
     # selection: lexicographic (score, slot) order over candidates, first k
     cand = [i for i in range(n) if state[i] == 1]
@@ -150,8 +151,14 @@ def structured(n, case):
     return cost, size, last, nbhd, state
 
 
-CASES = ["ties-after-non-candidates", "best-in-the-padded-row", "equal-minima-in-several-rows",
-         "every-candidate-inf", "fewer-finite-than-k", "nothing-evictable"]
+CASES = [
+    "ties-after-non-candidates",
+    "best-in-the-padded-row",
+    "equal-minima-in-several-rows",
+    "every-candidate-inf",
+    "fewer-finite-than-k",
+    "nothing-evictable",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -243,8 +250,9 @@ def lean_traps(n):
     return cost, size, last, nbhd, state
 
 
-@pytest.mark.parametrize("h", [Heuristic.DTR, Heuristic.DTR_LOCAL, Heuristic.MSPS],
-                         ids=lambda h: h.value)
+@pytest.mark.parametrize(
+    "h", [Heuristic.DTR, Heuristic.DTR_LOCAL, Heuristic.MSPS], ids=lambda h: h.value
+)
 @pytest.mark.parametrize("legit_minus_inf", [False, True], ids=["traps", "traps-and-minus-inf"])
 def test_lean_minus_inf_is_settled_by_the_exact_scores(h, legit_minus_inf):
     cols = lean_traps(6149)
@@ -264,8 +272,17 @@ I64 = torch.iinfo(torch.int64)
 
 @pytest.mark.parametrize(
     ("now", "edge"),
-    [(2**31 - 1, 2**31 - 1), (2**31 - 1, 0), (2**31 - 1, 2**31), (5, -1), (2**31, 3),
-     (7, 2**32 + 3), (7, I64.min), (7, I64.max), (-3, 2)],
+    [
+        (2**31 - 1, 2**31 - 1),
+        (2**31 - 1, 0),
+        (2**31 - 1, 2**31),
+        (5, -1),
+        (2**31, 3),
+        (7, 2**32 + 3),
+        (7, I64.min),
+        (7, I64.max),
+        (-3, 2),
+    ],
     ids=lambda v: str(v),
 )
 @pytest.mark.parametrize("n", [127, 5000], ids=lambda n: f"N{n}")
@@ -278,5 +295,11 @@ def test_both_clock_paths_match_the_reference(now, edge, n):
     cols = (cost, size, last, nbhd, state)
     bounds = (int(last.min()), int(last.max()))
     for h in (Heuristic.DTR, Heuristic.DTR_LOCAL):
-        check_against_reference(h, cols, now=now, seed=0, clock_bounds=bounds,
-                                evictable_size=evictable_size(size, state))
+        check_against_reference(
+            h,
+            cols,
+            now=now,
+            seed=0,
+            clock_bounds=bounds,
+            evictable_size=evictable_size(size, state),
+        )

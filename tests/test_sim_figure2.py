@@ -21,8 +21,9 @@ SHARED = ROOT.parent / "shared"
 LOGS = SHARED / "traces" / "dtr-prototype"
 REFERENCE = SHARED / "reference" / "figure2-reference.json"
 
-pytestmark = pytest.mark.skipif(not REFERENCE.exists(),
-                                reason=f"{SHARED} (shared logs and reference) is absent")
+pytestmark = pytest.mark.skipif(
+    not REFERENCE.exists(), reason=f"{SHARED} (shared logs and reference) is absent"
+)
 
 MODELS = ["resnet32", "densenet121", "transformer", "unet", "lstm"]
 HEURISTICS = ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size"]
@@ -48,7 +49,11 @@ def test_baseline_equals_reference(model):
     ref = reference()[model]["baseline"]
     b = baseline(trace(model))
     assert (b.compute, b.peak_bytes, b.constant_bytes, b.bottleneck_bytes) == (
-        ref["compute_ns"], ref["peak_bytes"], ref["constant_bytes"], ref["bottleneck_bytes"])
+        ref["compute_ns"],
+        ref["peak_bytes"],
+        ref["constant_bytes"],
+        ref["bottleneck_bytes"],
+    )
 
 
 def compare(model, heuristic):
@@ -56,8 +61,14 @@ def compare(model, heuristic):
     points = reference()[model][heuristic]
     ours = []
     for p in points:
-        r = simulate(trace(model), heuristic, ratio=p["ratio"], device="cpu", backend="torch",
-                     ties=TIES.get(heuristic, "slot"))
+        r = simulate(
+            trace(model),
+            heuristic,
+            ratio=p["ratio"],
+            device="cpu",
+            backend="torch",
+            ties=TIES.get(heuristic, "slot"),
+        )
         ours.append(r)
         if not r.ok:
             break
@@ -67,7 +78,8 @@ def compare(model, heuristic):
         if p["status"] == "ok" and r.ok:
             assert r.overhead == pytest.approx(p["overhead"], rel=tol), (
                 f"{model} {heuristic} at ratio {p['ratio']}: overhead {r.overhead:.4f}, "
-                f"reference {p['overhead']:.4f}")
+                f"reference {p['overhead']:.4f}"
+            )
         elif p["status"] != r.status:
             mismatched.append((p["ratio"], p["status"], r.status))
     ref_fail = next((i for i, p in enumerate(points) if p["status"] != "ok"), len(points))
@@ -76,8 +88,11 @@ def compare(model, heuristic):
     assert len(mismatched) <= 1, f"{model} {heuristic}: status differs at {mismatched}"
 
 
-CASES = [pytest.param(m, h, marks=[pytest.mark.slow] if (m, h) in SLOW else [],
-                      id=f"{m}-{h}") for m in MODELS for h in HEURISTICS]
+CASES = [
+    pytest.param(m, h, marks=[pytest.mark.slow] if (m, h) in SLOW else [], id=f"{m}-{h}")
+    for m in MODELS
+    for h in HEURISTICS
+]
 
 
 @pytest.mark.parametrize("model, heuristic", CASES)

@@ -96,11 +96,19 @@ def test_random_dag_size_and_cost_ranges():
     assert t.op_cost[1:].min() >= 0.5 and t.op_cost[1:].max() <= 2.0
 
 
-@pytest.mark.parametrize("trace", [
-    gen.chain(1), gen.chain(1000), gen.chain(1000, backward=False),
-    gen.random_dag(5, live=8), gen.random_dag(4097, live=127, fan_in=3),
-    gen.branching(7, width=127, depth=3), gen.branching(2, width=1),
-], ids=lambda t: t.meta["name"])
+@pytest.mark.parametrize(
+    "trace",
+    [
+        gen.chain(1),
+        gen.chain(1000),
+        gen.chain(1000, backward=False),
+        gen.random_dag(5, live=8),
+        gen.random_dag(4097, live=127, fan_in=3),
+        gen.branching(7, width=127, depth=3),
+        gen.branching(2, width=1),
+    ],
+    ids=lambda t: t.meta["name"],
+)
 def test_resident_set_is_the_baseline_peak(trace):
     """meta["resident"] (storages live at once, constants included) against the simulator's
     baseline replay, which knows nothing of the generators (unit sizes)."""

@@ -27,8 +27,9 @@ def random_trace(seed: int, n_ops: int = 150):
         if r < 0.2:
             outs = b.call("view", ins, [0], aliases=[0], cost=rng.uniform(0.5, 2))
         elif r < 0.35:
-            outs = b.call("pair", ins, [rng.randint(1, 60), 0], aliases=[-1, 0],
-                          cost=rng.uniform(1, 9))
+            outs = b.call(
+                "pair", ins, [rng.randint(1, 60), 0], aliases=[-1, 0], cost=rng.uniform(1, 9)
+            )
         else:
             outs = b.call("op", ins, [rng.randint(1, 60)], cost=rng.uniform(1, 9))
         live += outs
@@ -59,8 +60,11 @@ def table_state(e: Engine):
 def test_lazy_replay_equals_eager(seed, monkeypatch):
     held_calls = []
     held = replay_mod.held_storages
-    monkeypatch.setattr(replay_mod, "held_storages",
-                        lambda stack, sid: held_calls.append(len(stack)) or held(stack, sid))
+    monkeypatch.setattr(
+        replay_mod,
+        "held_storages",
+        lambda stack, sid: held_calls.append(len(stack)) or held(stack, sid),
+    )
     prog = compile_trace(random_trace(seed))
     top = replay(prog, "lru", 1 << 40, lazy=False)[0].peak_bytes
     synced = 0

@@ -21,8 +21,10 @@ from tritondtr.sim.revolve import (
 from tritondtr.sim.simulate import simulate
 
 # The MILP needs scipy (tritondtr[milp], part of the dev extras): without it these skip.
-needs_scipy = pytest.mark.skipif(importlib.util.find_spec("scipy") is None,
-                                 reason="the MILP needs scipy: pip install tritondtr[milp]")
+needs_scipy = pytest.mark.skipif(
+    importlib.util.find_spec("scipy") is None,
+    reason="the MILP needs scipy: pip install tritondtr[milp]",
+)
 
 HEURISTICS = ["dtr", "dtr_eq", "dtr_local", "msps", "lru", "size"]
 
@@ -88,8 +90,9 @@ def tiny_graphs():
 
 
 def budgets(g: OpGraph):
-    lo = g.constant_bytes + max(int(g.size[k] + sum(g.size[i] for i in g.deps[k]))
-                                for k in range(g.num_ops))
+    lo = g.constant_bytes + max(
+        int(g.size[k] + sum(g.size[i] for i in g.deps[k])) for k in range(g.num_ops)
+    )
     return range(lo - 1, g.constant_bytes + int(g.size.sum()) + 1)
 
 
@@ -126,8 +129,11 @@ def test_milp_finds_the_chain_optimum(n):
     assert res.extra_cost == pytest.approx(chain_optimum_extra(n, 5), abs=1e-6)
 
 
-@pytest.mark.parametrize("trace", [gen.chain(5), gen.random_dag(7, live=3, seed=1, size=(1, 3)),
-                                   gen.branching(2, width=3)], ids=lambda t: t.meta["name"])
+@pytest.mark.parametrize(
+    "trace",
+    [gen.chain(5), gen.random_dag(7, live=3, seed=1, size=(1, 3)), gen.branching(2, width=3)],
+    ids=lambda t: t.meta["name"],
+)
 def test_no_heuristic_beats_the_optimum(trace):
     g = OpGraph.from_trace(trace)
     for b in budgets(g):
@@ -207,14 +213,27 @@ def test_sampling_everything_is_the_exact_run(h):
 
     trace = gen.random_dag(1000, live=127, fan_in=3, seed=2, size=(1, 1000), cost=(1.0, 9.0))
     exact_victims, whole_victims = [], []
-    exact = simulate(trace, h, ratio=0.5, engine_factory=_recording(
-        Engine, exact_victims, backend="torch", device="cpu", capacity=1024))
-    whole = simulate(trace, h, ratio=0.5, engine_factory=_recording(
-        SampledEngine, whole_victims, fraction=float, capacity=1024))
+    exact = simulate(
+        trace,
+        h,
+        ratio=0.5,
+        engine_factory=_recording(
+            Engine, exact_victims, backend="torch", device="cpu", capacity=1024
+        ),
+    )
+    whole = simulate(
+        trace,
+        h,
+        ratio=0.5,
+        engine_factory=_recording(SampledEngine, whole_victims, fraction=float, capacity=1024),
+    )
     assert exact.evictions > 1000 and exact.scorings < exact.selections  # the cache served
     assert whole_victims == exact_victims
     assert (whole.status, whole.compute, whole.evictions) == (
-        exact.status, exact.compute, exact.evictions)
+        exact.status,
+        exact.compute,
+        exact.evictions,
+    )
 
 
 def test_sqrt_sampling_scores_sqrt_candidates():

@@ -55,8 +55,15 @@ def test_jsonl_renumbers_sparse_ids_and_names_bad_lines(tmp_path):
     lines = [
         {"format": "tritondtr-trace", "version": 1},
         {"ev": "constant", "out": 70, "size": 8},
-        {"ev": "call", "name": "f", "in": [70, 70], "out": [9, 4], "size": [16, 0],
-         "alias": [-1, 0], "cost": 2},
+        {
+            "ev": "call",
+            "name": "f",
+            "in": [70, 70],
+            "out": [9, 4],
+            "size": [16, 0],
+            "alias": [-1, 0],
+            "cost": 2,
+        },
         {"ev": "release", "t": 9},
     ]
     p = tmp_path / "t.jsonl"
@@ -83,39 +90,58 @@ def log(*records, start=True):
     return [json.dumps(r) for r in recs]
 
 
-CONST = [{"INSTRUCTION": "CONSTANT", "NAME": "w"},
-         {"INSTRUCTION": "MEMORY", "NAME": "w", "MEMORY": "64"}]
+CONST = [
+    {"INSTRUCTION": "CONSTANT", "NAME": "w"},
+    {"INSTRUCTION": "MEMORY", "NAME": "w", "MEMORY": "64"},
+]
 
 
 def call(name, args, results, time="10", mem=("32",), alias=("-1",)):
     out = [{"INSTRUCTION": "CALL", "NAME": name, "ARGS": args, "RESULT": results, "TIME": time}]
     for r, m, a in zip(results, mem, alias):
-        out += [{"INSTRUCTION": "MEMORY", "NAME": r, "MEMORY": m},
-                {"INSTRUCTION": "ALIAS", "NAME": r, "ALIAS": a}]
+        out += [
+            {"INSTRUCTION": "MEMORY", "NAME": r, "MEMORY": m},
+            {"INSTRUCTION": "ALIAS", "NAME": r, "ALIAS": a},
+        ]
     return out
 
 
 def test_every_instruction():
-    lines = [{"INSTRUCTION": "CONSTANT", "NAME": "junk"},  # before START: dropped
-             {"INSTRUCTION": "MEMORY", "NAME": "junk", "MEMORY": "1"},
-             {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}, *CONST,
-             *call("relu", ["w"], ["a"]),
-             *call("view", ["a"], ["b"], mem=("32",), alias=("0",)),
-             {"INSTRUCTION": "COPY", "DST": "w2", "SRC": "w"},
-             {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
-             {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["b", "w"], "MUTATE": ["0"],
-              "TIME": "5"},
-             {"INSTRUCTION": "COPY_FROM", "DST": "w2", "SRC": "a"},
-             {"INSTRUCTION": "RELEASE", "NAME": "nobody"},
-             {"INSTRUCTION": "RELEASE", "NAME": "a"}]
+    lines = [
+        {"INSTRUCTION": "CONSTANT", "NAME": "junk"},  # before START: dropped
+        {"INSTRUCTION": "MEMORY", "NAME": "junk", "MEMORY": "1"},
+        {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"},
+        *CONST,
+        *call("relu", ["w"], ["a"]),
+        *call("view", ["a"], ["b"], mem=("32",), alias=("0",)),
+        {"INSTRUCTION": "COPY", "DST": "w2", "SRC": "w"},
+        {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"},
+        {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["b", "w"], "MUTATE": ["0"], "TIME": "5"},
+        {"INSTRUCTION": "COPY_FROM", "DST": "w2", "SRC": "a"},
+        {"INSTRUCTION": "RELEASE", "NAME": "nobody"},
+        {"INSTRUCTION": "RELEASE", "NAME": "a"},
+    ]
     t = read_dtr_log([json.dumps(r) for r in lines], "x.log")
     assert t.names == ["w", "relu", "view", "add_"]
     assert t.num_tensors == 4  # w, a, b (view of a), the new version of b
     assert t.size.tolist() == [64, 32, 0, 32]  # the mutated copy is a's whole storage
     assert t.op_cost.tolist() == [0.0, 10.0, 10.0, 5.0]
     kinds = [EventKind(k).name for k in t.kind]
-    assert kinds == ["CONSTANT", "CALL", "CALL", "RETAIN", "ANNOTATE", "CALL", "RELEASE",
-                     "RELEASE", "RETAIN", "RELEASE", "OUTPUT", "OUTPUT", "OUTPUT"]
+    assert kinds == [
+        "CONSTANT",
+        "CALL",
+        "CALL",
+        "RETAIN",
+        "ANNOTATE",
+        "CALL",
+        "RELEASE",
+        "RELEASE",
+        "RETAIN",
+        "RELEASE",
+        "OUTPUT",
+        "OUTPUT",
+        "OUTPUT",
+    ]
     # RELEASE of b's old version (mutate), w2's old binding w (copy_from), then a.
     assert t.arg[t.kind == EventKind.RELEASE].tolist() == [2, 0, 1]
     # Outputs in first-binding order of the names still bound: w (w), a (w2), b' (b).
@@ -125,8 +151,11 @@ def test_every_instruction():
 @pytest.mark.parametrize(
     "records, lineno, message",
     [
-        ([{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["nope"], "RESULT": ["r"], "TIME": "1"}],
-         2, "'nope'"),
+        (
+            [{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["nope"], "RESULT": ["r"], "TIME": "1"}],
+            2,
+            "'nope'",
+        ),
         ([CONST[0], {"INSTRUCTION": "MEMORY", "NAME": "other", "MEMORY": "1"}], 3, "expected 'w'"),
         ([*CONST, *call("f", ["w"], ["r"])[:2]], 4, "ends where the ALIAS"),
         ([*CONST, *call("f", ["w"], ["r"], time="soon")], 4, "'TIME' must be a number"),
@@ -134,13 +163,36 @@ def test_every_instruction():
         ([{"INSTRUCTION": "FROB"}], 2, "unknown instruction 'FROB'"),
         ([{"INSTRUCTION": "ALIAS", "NAME": "x", "ALIAS": "-1"}], 2, "outside a CONSTANT or CALL"),
         ([*CONST, {"INSTRUCTION": "COPY", "DST": "w", "SRC": "w"}], 4, "already bound"),
-        ([*CONST, {"INSTRUCTION": "RELEASE", "NAME": "w"},
-          {"INSTRUCTION": "RELEASE", "NAME": "w"}], 5, "released more often"),
-        ([*CONST, {"INSTRUCTION": "MUTATE", "NAME": "g", "ARGS": ["w"], "MUTATE": ["1"],
-                   "TIME": "1"}], 4, "argument positions"),
+        (
+            [
+                *CONST,
+                {"INSTRUCTION": "RELEASE", "NAME": "w"},
+                {"INSTRUCTION": "RELEASE", "NAME": "w"},
+            ],
+            5,
+            "released more often",
+        ),
+        (
+            [
+                *CONST,
+                {"INSTRUCTION": "MUTATE", "NAME": "g", "ARGS": ["w"], "MUTATE": ["1"], "TIME": "1"},
+            ],
+            4,
+            "argument positions",
+        ),
     ],
-    ids=["unknown-arg", "memory-name", "truncated", "bad-time", "alias-range", "unknown-instr",
-         "stray-alias", "copy-bound", "double-release", "mutate-index"],
+    ids=[
+        "unknown-arg",
+        "memory-name",
+        "truncated",
+        "bad-time",
+        "alias-range",
+        "unknown-instr",
+        "stray-alias",
+        "copy-bound",
+        "double-release",
+        "mutate-index",
+    ],
 )
 def test_log_errors_name_the_line(records, lineno, message):
     with pytest.raises(TraceError, match=rf"x\.log:{lineno}: .*{message}"):
@@ -164,9 +216,17 @@ def test_million_op_binary_trace_loads(tmp_path):
     b_kind = np.zeros(n, np.int8)
     b_kind[0] = EventKind.CONSTANT
     t = small_trace().__class__(
-        kind=b_kind, arg=np.arange(n), op_cost=np.ones(n), op_name=np.zeros(n),
-        in_ptr=np.concatenate([[0], np.arange(n)]), inputs=np.arange(n - 1),
-        out_ptr=np.arange(n + 1), size=np.full(n, 4096), alias=np.full(n, -1), names=["op"])
+        kind=b_kind,
+        arg=np.arange(n),
+        op_cost=np.ones(n),
+        op_name=np.zeros(n),
+        in_ptr=np.concatenate([[0], np.arange(n)]),
+        inputs=np.arange(n - 1),
+        out_ptr=np.arange(n + 1),
+        size=np.full(n, 4096),
+        alias=np.full(n, -1),
+        names=["op"],
+    )
     path = save_trace(t, tmp_path / "chain.npz")
     back = load_trace(path)  # validated: a few array passes, no Python loop per op
     assert back.num_ops == n and np.array_equal(back.inputs, t.inputs)

@@ -103,8 +103,11 @@ def test_evictable_size_is_torch_float32_of_size_for_candidates():
     table.free(slots[2])
     table.check_invariants()
     cols = table.columns()
-    want = torch.where(cols["state"] == SlotState.RESIDENT_EVICTABLE,
-                       cols["size"].to(torch.float32), torch.tensor(float("nan")))
+    want = torch.where(
+        cols["state"] == SlotState.RESIDENT_EVICTABLE,
+        cols["size"].to(torch.float32),
+        torch.tensor(float("nan")),
+    )
     assert torch.equal(cols["evictable_size"].view(torch.int32), want.view(torch.int32))
     awkward = torch.tensor(AWKWARD_SIZES)[[0, 3, 4]].float()
     assert torch.equal(cols["evictable_size"][[0, 3, 4]], awkward)
@@ -120,9 +123,12 @@ def test_select_from_the_table_equals_select_from_bare_columns(h, clock):
     rng = np.random.default_rng(3)
     table = MetadataTable(16, device="cpu")
     n = 9000
-    slots = table.add_many(rng.random(n) * 10, rng.integers(0, 4, n) * 256,
-                           clock + rng.integers(0, 12, n),
-                           nbhd_cost=np.where(rng.random(n) < 0.5, rng.random(n), 0))
+    slots = table.add_many(
+        rng.random(n) * 10,
+        rng.integers(0, 4, n) * 256,
+        clock + rng.integers(0, 12, n),
+        nbhd_cost=np.where(rng.random(n) < 0.5, rng.random(n), 0),
+    )
     table.update_many(slots[::3], state=SlotState.EVICTED)
     table.free_many(slots[1::7])
     table.touch(int(slots[2]), clock + 13)  # after now: s < 0
@@ -133,8 +139,10 @@ def test_select_from_the_table_equals_select_from_bare_columns(h, clock):
     for k in (1, 8):
         got = table.select(h, now, k=k, backend="torch", seed=2)
         assert got.tolist() == policy.select(h, bare, now, k=k, backend="torch", seed=2).tolist()
-        assert torch.equal(table.score(h, now, backend="torch", seed=2),
-                           policy.score(h, bare, now, backend="torch", seed=2))
+        assert torch.equal(
+            table.score(h, now, backend="torch", seed=2),
+            policy.score(h, bare, now, backend="torch", seed=2),
+        )
 
 
 def test_cpu_columns_are_zero_copy_views_of_host():

@@ -5,8 +5,16 @@ from tritondtr.units import format_bytes, parse_bytes
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), ("100", 100),
-     (" 3 kib ", 3072), ("2G", 2 * 2**30), ("1e3B", 1000), (4096, 4096)],
+    [
+        ("2GiB", 2 * 2**30),
+        ("512MiB", 512 * 2**20),
+        ("1.5GB", 1_500_000_000),
+        ("100", 100),
+        (" 3 kib ", 3072),
+        ("2G", 2 * 2**30),
+        ("1e3B", 1000),
+        (4096, 4096),
+    ],
 )
 def test_parse(text, expected):
     assert parse_bytes(text) == expected

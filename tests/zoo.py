@@ -38,11 +38,19 @@ def _mlp(scale: int) -> Case:
 def _cnn(scale: int) -> Case:
     c = 8 * scale
     model = nn.Sequential(
-        nn.Conv2d(3, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
-        nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(inplace=True),
+        nn.Conv2d(3, c, 3, padding=1),
+        nn.BatchNorm2d(c),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(c, c, 3, padding=1),
+        nn.BatchNorm2d(c),
+        nn.ReLU(inplace=True),
         nn.MaxPool2d(2),
-        nn.Conv2d(c, 2 * c, 3, padding=1), nn.BatchNorm2d(2 * c), nn.ReLU(inplace=True),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * c, 10),
+        nn.Conv2d(c, 2 * c, 3, padding=1),
+        nn.BatchNorm2d(2 * c),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(2 * c, 10),
     )
     x, y = torch.randn(6, 3, 16, 16), torch.randint(0, 10, (6,))
     return Case(model, (x, y), lambda m, b: F.cross_entropy(m(b[0]), b[1]))
@@ -53,8 +61,7 @@ class _Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d),
-                                 nn.Dropout(p))
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(p))
         self.heads, self.drop = heads, nn.Dropout(p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,8 +79,15 @@ class _Block(nn.Module):
 class GPT(nn.Module):
     """A GPT-like decoder: token + position embeddings, pre-LN blocks, tied head."""
 
-    def __init__(self, vocab: int = 64, d: int = 32, layers: int = 2, heads: int = 4,
-                 block: int = 16, p: float = 0.1) -> None:
+    def __init__(
+        self,
+        vocab: int = 64,
+        d: int = 32,
+        layers: int = 2,
+        heads: int = 4,
+        block: int = 16,
+        p: float = 0.1,
+    ) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
         self.blocks = nn.ModuleList(_Block(d, heads, p) for _ in range(layers))
@@ -91,8 +105,9 @@ def _gpt(scale: int) -> Case:
     model = GPT(d=32 * scale, layers=4 * scale)
     idx = torch.randint(0, 64, (4, 16))
     tgt = torch.randint(0, 64, (4, 16))
-    return Case(model, (idx, tgt),
-                lambda m, b: F.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten()))
+    return Case(
+        model, (idx, tgt), lambda m, b: F.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten())
+    )
 
 
 class _LSTMNet(nn.Module):
@@ -166,7 +181,11 @@ def _treelstm(scale: int) -> Case:
 
 
 ZOO: dict[str, Callable[[int], Case]] = {
-    "mlp": _mlp, "cnn": _cnn, "gpt": _gpt, "lstm": _lstm, "treelstm": _treelstm,
+    "mlp": _mlp,
+    "cnn": _cnn,
+    "gpt": _gpt,
+    "lstm": _lstm,
+    "treelstm": _treelstm,
 }
 
 

@@ -20,8 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     modules = {}
     for name, (module, help_text) in _COMMANDS.items():
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_text, description=getattr(mod, "__doc__", None),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=getattr(mod, "__doc__", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         mod.add_arguments(p)
         modules[name] = mod
     args = parser.parse_args(argv)

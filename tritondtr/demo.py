@@ -32,6 +32,7 @@ from .units import format_bytes
 
 __all__ = ["DemoRow", "run_demo"]
 
+
 # ---------------------------------------------------------------------------- the runs
 @dataclass
 class DemoRow:
@@ -79,8 +80,11 @@ def _train(model0, data, budget, mode, seed, device):
         grads.append([p.grad.detach().clone() for p in model.parameters()])
         if session is not None:
             st = session.stats
-            peak, ev, remat = max(peak, st.peak_bytes), ev + st.evictions, \
-                remat + st.rematerializations
+            peak, ev, remat = (
+                max(peak, st.peak_bytes),
+                ev + st.evictions,
+                remat + st.rematerializations,
+            )
     return losses, grads, (peak, ev, remat, statistics.median(times))
 
 
@@ -92,14 +96,22 @@ def _sync(device) -> None:
 def _equal(ref, got) -> bool:
     (rl, rg), (gl, gg) = ref, got
     return all(torch.equal(a, b) for a, b in zip(rl, gl)) and all(
-        torch.equal(a, b) for ga, gb in zip(rg, gg) for a, b in zip(ga, gb))
+        torch.equal(a, b) for ga, gb in zip(rg, gg) for a, b in zip(ga, gb)
+    )
 
 
-def run_demo(config: GPTConfig | None = None, *, steps: int = 4, batch: int = 8,
-             ratios: tuple[float, ...] = (0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1,
-                                          0.05),
-             refine: int = 2, seed: int = 0, device: str | torch.device = "cpu",
-             time_limit_s: float = 60.0, log=print) -> list[DemoRow]:
+def run_demo(
+    config: GPTConfig | None = None,
+    *,
+    steps: int = 4,
+    batch: int = 8,
+    ratios: tuple[float, ...] = (0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+    refine: int = 2,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    time_limit_s: float = 60.0,
+    log=print,
+) -> list[DemoRow]:
     """The demo's runs (see the module docstring): ``ratios`` in order until one fails, then
     ``refine`` bisection steps between the lowest that worked and the highest that failed.
     No new budget starts once ``time_limit_s`` seconds have passed. ``config``: the model's
@@ -119,20 +131,36 @@ def run_demo(config: GPTConfig | None = None, *, steps: int = 4, batch: int = 8,
     log(f"eager reference: {ref[3] * 1e3:.1f} ms/step")
     loss, grads, st = _train(model0, data, None, "tritondtr", seed, device)
     base = st[0]
-    rows.append(DemoRow("unlimited", 1.0, None, base, st[1], st[2], st[3],
-                        _equal((ref_l, ref_g), (loss, grads))))
+    rows.append(
+        DemoRow(
+            "unlimited", 1.0, None, base, st[1], st[2], st[3], _equal((ref_l, ref_g), (loss, grads))
+        )
+    )
+
     def attempt(r: float) -> bool:
         budget = int(base * r)
         try:
             loss, grads, st = _train(model0, data, budget, "tritondtr", seed, device)
         except BudgetError as e:
-            why = (f"thrashes ({e.rematerializations} rematerializations)"
-                   if isinstance(e, ThrashError) else f"{e.op} needs {format_bytes(e.needed)}")
-            rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None,
-                                error=why))
+            why = (
+                f"thrashes ({e.rematerializations} rematerializations)"
+                if isinstance(e, ThrashError)
+                else f"{e.op} needs {format_bytes(e.needed)}"
+            )
+            rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None, error=why))
             return False
-        rows.append(DemoRow(f"{r:.1%}", r, budget, st[0], st[1], st[2], st[3],
-                            _equal((ref_l, ref_g), (loss, grads))))
+        rows.append(
+            DemoRow(
+                f"{r:.1%}",
+                r,
+                budget,
+                st[0],
+                st[1],
+                st[2],
+                st[3],
+                _equal((ref_l, ref_g), (loss, grads)),
+            )
+        )
         return True
 
     def out_of_time(r: float) -> bool:
@@ -165,17 +193,21 @@ def run_demo(config: GPTConfig | None = None, *, steps: int = 4, batch: int = 8,
 def format_table(rows: list[DemoRow]) -> str:
     """A fixed-width table of the rows; times relative to the eager reference."""
     eager = rows[0].step_s
-    head = (f"{'run':>9} {'budget':>11} {'peak':>11} {'evictions':>9} {'remats':>7} "
-            f"{'step ms':>8} {'x eager':>7}  grads equal")
+    head = (
+        f"{'run':>9} {'budget':>11} {'peak':>11} {'evictions':>9} {'remats':>7} "
+        f"{'step ms':>8} {'x eager':>7}  grads equal"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         fb = lambda n: "-" if n is None else format_bytes(n)
         ok = "-" if r.grads_equal is None else "yes" if r.grads_equal else "NO"
         if r.error:
             ok = f"fails: {r.error}"
-        lines.append(f"{r.run:>9} {fb(r.budget_bytes):>11} {fb(r.peak_bytes):>11} "
-                     f"{r.evictions:>9} {r.rematerializations:>7} {r.step_s * 1e3:>8.1f} "
-                     f"{r.step_s / eager:>7.2f}  {ok}")
+        lines.append(
+            f"{r.run:>9} {fb(r.budget_bytes):>11} {fb(r.peak_bytes):>11} "
+            f"{r.evictions:>9} {r.rematerializations:>7} {r.step_s * 1e3:>8.1f} "
+            f"{r.step_s / eager:>7.2f}  {ok}"
+        )
     return "\n".join(lines)
 
 
@@ -205,8 +237,14 @@ def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Pa
     a1.set(xlabel="budget (% of the unlimited peak)", ylabel="MiB", title="memory")
     a2.plot(x, [r.step_s / eager for r in ok], "o-", color="C1", label="step time / eager")
     a2b = a2.twinx()
-    a2b.bar(x, [r.rematerializations for r in ok], width=3, alpha=0.3, color="C2",
-            label="rematerializations")
+    a2b.bar(
+        x,
+        [r.rematerializations for r in ok],
+        width=3,
+        alpha=0.3,
+        color="C2",
+        label="rematerializations",
+    )
     a2.set(xlabel="budget (% of the unlimited peak)", ylabel="x eager", title="time")
     a2b.set_ylabel("rematerializations (all steps)")
     for a in (a1, a2):
@@ -218,8 +256,10 @@ def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Pa
     h2, l2 = a2b.get_legend_handles_labels()
     a2.legend(h1 + h2, l1 + l2, loc="upper center")
     bad = [r.run for r in ok if not r.grads_equal]
-    fig.suptitle(f"tritondtr demo on {device}: gradients equal to eager "
-                 + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}"))
+    fig.suptitle(
+        f"tritondtr demo on {device}: gradients equal to eager "
+        + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}")
+    )
     fig.tight_layout()
     png = out / "demo.png"
     fig.savefig(png, dpi=110)
@@ -232,8 +272,7 @@ def _ratios(text: str) -> tuple[float, ...]:
     try:
         rs = tuple(float(x) for x in text.replace(",", " ").split())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected fractions like 0.5,0.3, got {text!r}") \
-            from None
+        raise argparse.ArgumentTypeError(f"expected fractions like 0.5,0.3, got {text!r}") from None
     if not rs or not all(0 < r <= 1 for r in rs):
         raise argparse.ArgumentTypeError(f"ratios must be in (0, 1], got {text!r}")
     return rs
@@ -242,33 +281,68 @@ def _ratios(text: str) -> tuple[float, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tritondtr demo``."""
     d = GPTConfig()
-    parser.add_argument("--steps", type=int, default=4, help="training steps per run "
-                        "(default: 4)")
-    parser.add_argument("--refine", type=int, default=2,
-                        help="bisection steps between the lowest budget that worked and the "
-                             "first that failed (default: 2)")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per run (default: 4)")
+    parser.add_argument(
+        "--refine",
+        type=int,
+        default=2,
+        help="bisection steps between the lowest budget that worked and the "
+        "first that failed (default: 2)",
+    )
     parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default: 8)")
-    parser.add_argument("--ratios", type=_ratios, default=None,
-                        help="budgets as fractions of the unlimited peak, tried in this order, "
-                             "stopping at the first that fails (default: 0.8,0.6,0.5,0.4,0.3,"
-                             "0.25,0.2,0.15,0.1,0.05)")
-    for name, help_text in (("layers", "transformer blocks"), ("width", "channels"),
-                            ("heads", "attention heads"), ("block", "context length"),
-                            ("vocab", "vocabulary size (>= the corpus's characters)")):
-        parser.add_argument(f"--{name}", type=int, default=getattr(d, name),
-                            help=f"{help_text} (default: {getattr(d, name)})")
-    parser.add_argument("--dropout", type=float, default=d.dropout,
-                        help=f"dropout probability (default: {d.dropout})")
-    parser.add_argument("--device", default="auto",
-                        help="cpu, cuda, cuda:1, or auto: cuda when available (default: auto)")
+    parser.add_argument(
+        "--ratios",
+        type=_ratios,
+        default=None,
+        help="budgets as fractions of the unlimited peak, tried in this order, "
+        "stopping at the first that fails (default: 0.8,0.6,0.5,0.4,0.3,"
+        "0.25,0.2,0.15,0.1,0.05)",
+    )
+    for name, help_text in (
+        ("layers", "transformer blocks"),
+        ("width", "channels"),
+        ("heads", "attention heads"),
+        ("block", "context length"),
+        ("vocab", "vocabulary size (>= the corpus's characters)"),
+    ):
+        parser.add_argument(
+            f"--{name}",
+            type=int,
+            default=getattr(d, name),
+            help=f"{help_text} (default: {getattr(d, name)})",
+        )
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=d.dropout,
+        help=f"dropout probability (default: {d.dropout})",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:1, or auto: cuda when available (default: auto)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, batches, dropout")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads of torch (default: 1: steadier step times on a busy "
-                             "machine; 0 keeps torch's default)")
-    parser.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                        help="start no new budget after S seconds (default: 60)")
-    parser.add_argument("--out", type=Path, default=Path("out/demo"),
-                        help="folder for demo.csv and demo.png (default: out/demo)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of torch (default: 1: steadier step times on a busy "
+        "machine; 0 keeps torch's default)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="start no new budget after S seconds (default: 60)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/demo"),
+        help="folder for demo.csv and demo.png (default: out/demo)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -281,22 +355,40 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"tritondtr demo: --{name} must be >= 1")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    config = GPTConfig(vocab=args.vocab, block=args.block, width=args.width,
-                       layers=args.layers, heads=args.heads, dropout=args.dropout)
+    config = GPTConfig(
+        vocab=args.vocab,
+        block=args.block,
+        width=args.width,
+        layers=args.layers,
+        heads=args.heads,
+        dropout=args.dropout,
+    )
     kw = {} if args.ratios is None else {"ratios": args.ratios}
     n = sum(p.numel() for p in TinyGPT(config).parameters())
-    print(f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
-          f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device} "
-          f"({torch.get_num_threads()} threads)")
-    rows = run_demo(config, steps=args.steps, batch=args.batch, refine=args.refine,
-                    seed=args.seed, device=device, time_limit_s=args.time_limit, **kw)
+    print(
+        f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
+        f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device} "
+        f"({torch.get_num_threads()} threads)"
+    )
+    rows = run_demo(
+        config,
+        steps=args.steps,
+        batch=args.batch,
+        refine=args.refine,
+        seed=args.seed,
+        device=device,
+        time_limit_s=args.time_limit,
+        **kw,
+    )
     print(format_table(rows))
     lowest = [r for r in rows[2:] if not r.error]
     if lowest:
         r = min(lowest, key=lambda row: row.ratio)
-        print(f"lowest budget that works: {r.run} of the unlimited peak "
-              f"({format_bytes(r.budget_bytes)}), step time {r.step_s / rows[0].step_s:.2f}x "
-              "eager")
+        print(
+            f"lowest budget that works: {r.run} of the unlimited peak "
+            f"({format_bytes(r.budget_bytes)}), step time {r.step_s / rows[0].step_s:.2f}x "
+            "eager"
+        )
     csv_path, png = write_outputs(rows, args.out, device)
     print(f"wrote {csv_path}" + (f" and {png}" if png else " (no matplotlib: no plot)"))
     return 0 if all(r.grads_equal is not False for r in rows) else 1

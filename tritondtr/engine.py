@@ -118,8 +118,10 @@ class Engine:
         st = self._st
         for p in parents:
             if not (0 <= p < len(st) and st[p]):
-                raise ValueError(f"new: parent {p!r} is not a tracked slot (released or never "
-                                 "created); pass the slots returned by Engine.new")
+                raise ValueError(
+                    f"new: parent {p!r} is not a tracked slot (released or never "
+                    "created); pass the slots returned by Engine.new"
+                )
         slot = self.table.add(cost, size, now, _EVICTABLE if evictable else _LOCKED)
         if slot >= len(self._locks):
             n = self.table.capacity - len(self._locks)
@@ -285,8 +287,10 @@ class Engine:
     def _resident(self, slot: int, what: str) -> None:
         self._live(slot, what)
         if self._st[slot] != RESIDENT:
-            raise ValueError(f"{what}: slot {slot} is {_STATE_NAMES[self._st[slot]]}, "
-                             "it must be resident; rematerialize it first")
+            raise ValueError(
+                f"{what}: slot {slot} is {_STATE_NAMES[self._st[slot]]}, "
+                "it must be resident; rematerialize it first"
+            )
 
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first violated invariant of the table, the
@@ -295,8 +299,9 @@ class Engine:
         self.nbhd.check_invariants()
         n = self.table.capacity
         st = np.frombuffer(bytes(self._st[:n]), np.uint8)
-        locked = (np.asarray(self._locks[:n]) > 0) | (np.frombuffer(bytes(self._pinned[:n]),
-                                                                    np.uint8) > 0)
+        locked = (np.asarray(self._locks[:n]) > 0) | (
+            np.frombuffer(bytes(self._pinned[:n]), np.uint8) > 0
+        )
         want = np.zeros(n, np.int8)
         want[st == RESIDENT] = _EVICTABLE
         want[(st == RESIDENT) & locked] = _LOCKED

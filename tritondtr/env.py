@@ -44,7 +44,8 @@ def report() -> dict[str, str]:
         info["scoring backend (auto)"] = "triton (CUDA)"
     else:
         info["scoring backend (auto)"] = "torch" + (
-            "; backend='triton' runs under the interpreter" if interp
+            "; backend='triton' runs under the interpreter"
+            if interp
             else "; backend='triton' needs TRITON_INTERPRET=1"
         )
     return info

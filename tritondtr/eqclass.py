@@ -50,8 +50,9 @@ class EqClasses:
     live members). ``dirty_classes``: classes whose frontier the next stage marks dirty.
     """
 
-    def __init__(self, state: bytearray, cost: array, parents: list[list[int]],
-                 children: list[list[int]]) -> None:
+    def __init__(
+        self, state: bytearray, cost: array, parents: list[list[int]], children: list[list[int]]
+    ) -> None:
         self.state, self.cost = state, cost
         self.parents, self.children = parents, children
         self.ecn: list[int] = []

@@ -107,8 +107,14 @@ class Regions:
     (``ancestors``). ``clo_up`` / ``clo_down`` map an evicted slot to its cached closure mask.
     """
 
-    def __init__(self, state: bytearray, cost: array, parents: list[list[int]],
-                 children: list[list[int]], exact: bool) -> None:
+    def __init__(
+        self,
+        state: bytearray,
+        cost: array,
+        parents: list[list[int]],
+        children: list[list[int]],
+        exact: bool,
+    ) -> None:
         self.state, self.cost = state, cost
         self.parents, self.children = parents, children
         self.exact = exact
@@ -262,7 +268,7 @@ class Regions:
                 fixed = np.where(nz, (mant * (1 << 24)).astype(np.int64) << shift, 0)
                 rows = max(1, (1 << 21) // (8 * nbytes))  # <= 16 MiB of int64 per chunk
                 for lo in range(0, len(distinct), rows):
-                    chunk = distinct[lo:lo + rows]
+                    chunk = distinct[lo : lo + rows]
                     raw = b"".join(m.to_bytes(nbytes, "little") for m in chunk)
                     bits = _unpack(raw).reshape(len(chunk), 8 * nbytes)[:, cols]
                     for m, n in zip(chunk, (bits.astype(np.int64) @ fixed).tolist()):

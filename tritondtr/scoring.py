@@ -173,8 +173,9 @@ def _evictable_size_into(size, state, w: _Work) -> torch.Tensor:
     return w.evs.copy_(size).mul_(_candidate_factor_into(state, w))
 
 
-def _staleness_into(last_access, now: int, clock_bounds: tuple[int, int] | None,
-                    w: _Work) -> torch.Tensor:
+def _staleness_into(
+    last_access, now: int, clock_bounds: tuple[int, int] | None, w: _Work
+) -> torch.Tensor:
     """float32(now - last_access) (rule 2) into ``w.den``; NOTE [ Lean twin ] 3."""
     lo, hi = clock_bounds if clock_bounds is not None else (-1, _CLOCK32)  # None: int64
     if lo >= 0 and hi < _CLOCK32 and 0 <= now < _CLOCK32:
@@ -185,8 +186,9 @@ def _staleness_into(last_access, now: int, clock_bounds: tuple[int, int] | None,
     return w.den.copy_(w.wide)
 
 
-def _ratio_into(h: Heuristic, cost, last_access, nbhd_cost, evs, now: int, clock_bounds,
-                w: _Work, exact: bool) -> torch.Tensor:
+def _ratio_into(
+    h: Heuristic, cost, last_access, nbhd_cost, evs, now: int, clock_bounds, w: _Work, exact: bool
+) -> torch.Tensor:
     """Rules 2-4 into ``w.score[:N]``, non-candidates +inf; ``evs`` is the evictable size.
     ``exact``: NOTE [ Lean twin ] 1, else 2 (only -inf scores may differ from the exact)."""
     out = w.score[: cost.numel()]
@@ -221,14 +223,24 @@ def _random_into(n: int, base: int, state, evs, w: _Work) -> torch.Tensor:
             x.mul_(mul).bitwise_and_(_M32)
     out = w.score[:n].copy_(torch.bitwise_right_shift(x, 8, out=t)).mul_(1.0 / (1 << 24))
     # 1 for candidates, NaN elsewhere; made after the hash: its bytes are those of w.wide
-    f = (_candidate_factor_into(state, w) if evs is None
-         else torch.mul(evs, 0, out=w.den).add_(1))
+    f = _candidate_factor_into(state, w) if evs is None else torch.mul(evs, 0, out=w.den).add_(1)
     return out.mul_(f).nan_to_num_(nan=_INF)
 
 
-def _scores(heuristic: Heuristic | CustomHeuristic, cost, size, last_access, nbhd_cost, state,
-            now: int, seed: int, evictable_size, clock_bounds, scratch: bool,
-            exact: bool) -> torch.Tensor:
+def _scores(
+    heuristic: Heuristic | CustomHeuristic,
+    cost,
+    size,
+    last_access,
+    nbhd_cost,
+    state,
+    now: int,
+    seed: int,
+    evictable_size,
+    clock_bounds,
+    scratch: bool,
+    exact: bool,
+) -> torch.Tensor:
     """The scores of ``score_torch``; with ``scratch``, in a reused padded buffer on CPU;
     ratio scores lean unless ``exact`` (NOTE [ Lean twin ] 2)."""
     n, device = cost.numel(), cost.device
@@ -290,8 +302,20 @@ def score_torch(
     (NOTE [ Clock bounds ]). Both are trusted, not checked: they change no result if true.
     Returns [N] ``heuristic.score_dtype``; non-candidates hold +inf (float) or int64 max.
     """
-    return _scores(heuristic, cost, size, last_access, nbhd_cost, state, now, seed,
-                   evictable_size, clock_bounds, scratch=False, exact=True)
+    return _scores(
+        heuristic,
+        cost,
+        size,
+        last_access,
+        nbhd_cost,
+        state,
+        now,
+        seed,
+        evictable_size,
+        clock_bounds,
+        scratch=False,
+        exact=True,
+    )
 
 
 def _k_smallest(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -320,8 +344,9 @@ def _row_minima(rows: torch.Tensor) -> torch.Tensor:
     if rows.dtype != torch.int64:
         return rows.amin(1)
     w = _WORKSPACE.work
-    spare = w.spare.view_as(rows) if w is not None and w.key.shape == rows.reshape(-1).shape \
-        else None
+    spare = (
+        w.spare.view_as(rows) if w is not None and w.key.shape == rows.reshape(-1).shape else None
+    )
     return torch.bitwise_not(rows, out=spare).amax(1).bitwise_not_()
 
 
@@ -366,8 +391,18 @@ def select_torch(
     Arguments as for :func:`score_torch`."""
     if cost.numel() == 0 or k <= 0:
         return torch.empty(0, dtype=torch.int64, device=cost.device)
-    cols = (heuristic, cost, size, last_access, nbhd_cost, state, now, seed, evictable_size,
-            clock_bounds)
+    cols = (
+        heuristic,
+        cost,
+        size,
+        last_access,
+        nbhd_cost,
+        state,
+        now,
+        seed,
+        evictable_size,
+        clock_bounds,
+    )
     lean = cost.device.type == "cpu" and heuristic in _RATIO  # NOTE [ Lean twin ] 2
     score = _scores(*cols, scratch=True, exact=not lean)
     if k == 1:
@@ -386,8 +421,10 @@ def select_torch(
         best_sub = _best_rows(sub, k)
         pos = torch.sort(sub[best_sub].reshape(-1), stable=True).indices[:k]
         rows_, subs, per = best.tolist(), best_sub.tolist(), _ROW // _SUB  # k ints: on the host
-        ids = [rows_[subs[q // _SUB] // per] * _ROW + subs[q // _SUB] % per * _SUB + q % _SUB
-               for q in pos.tolist()]
+        ids = [
+            rows_[subs[q // _SUB] // per] * _ROW + subs[q // _SUB] % per * _SUB + q % _SUB
+            for q in pos.tolist()
+        ]
         if score[ids[-1]].item() < _worst(score.dtype):  # the k-th is finite: all k are candidates
             return torch.tensor(ids, dtype=torch.int64)
     cand = (state == RESIDENT_EVICTABLE).nonzero().squeeze(1)

@@ -205,8 +205,9 @@ class MetadataTable:
         n = cost.shape[0]
         self._ensure_free(n)
         slots = np.array([self._free.pop() for _ in range(n)], dtype=np.int64)
-        self._write(slots, cost=cost, size=size, last_access=last_access, state=state,
-                    nbhd_cost=nbhd_cost)
+        self._write(
+            slots, cost=cost, size=size, last_access=last_access, state=state, nbhd_cost=nbhd_cost
+        )
         return slots
 
     def update_many(self, slots: np.ndarray | torch.Tensor, **columns) -> None:
@@ -353,8 +354,14 @@ class MetadataTable:
         """Scores of every slot, [capacity] on ``device`` (lowest is evicted first); the dtype
         is ``heuristic.score_dtype``. Non-candidates score +inf (or int64 max)."""
         self.flush()
-        return policy.score(heuristic, self._dev, now, backend=backend, seed=seed,
-                            clock_bounds=(self._clock_lo, self._clock_hi))
+        return policy.score(
+            heuristic,
+            self._dev,
+            now,
+            backend=backend,
+            seed=seed,
+            clock_bounds=(self._clock_lo, self._clock_hi),
+        )
 
     def select(
         self,
@@ -370,8 +377,15 @@ class MetadataTable:
         One device-to-host read. Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
-        return policy.select(heuristic, self._dev, now, k=k, backend=backend, seed=seed,
-                             clock_bounds=(self._clock_lo, self._clock_hi))
+        return policy.select(
+            heuristic,
+            self._dev,
+            now,
+            k=k,
+            backend=backend,
+            seed=seed,
+            clock_bounds=(self._clock_lo, self._clock_hi),
+        )
 
     # ---------------------------------------------------------------- debugging
     def check_invariants(self) -> None:
@@ -397,7 +411,8 @@ class MetadataTable:
         cand = self.host_state == SlotState.RESIDENT_EVICTABLE
         want = np.where(cand, self.host_size.astype(np.float32), np.float32(np.nan))
         assert np.array_equal(want.view(np.int32), self.host_evictable_size.view(np.int32)), (
-            "invariant 6: evictable_size is not float32(size) for candidates and NaN elsewhere")
+            "invariant 6: evictable_size is not float32(size) for candidates and NaN elsewhere"
+        )
         if not self._dirty and not self._grown:
             for name in self.COLUMNS + self.DERIVED:
                 host, dev = torch.from_numpy(getattr(self, "host_" + name)), self._dev[name].cpu()

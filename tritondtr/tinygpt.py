@@ -112,7 +112,7 @@ def batches(config: GPTConfig, n: int, batch: int, seed: int, device) -> list[tu
     out = []
     for _ in range(n):
         start = torch.randint(0, len(data) - block, (batch,), generator=g)
-        x = torch.stack([data[s:s + block] for s in start.tolist()])
-        y = torch.stack([data[s + 1:s + 1 + block] for s in start.tolist()])
+        x = torch.stack([data[s : s + block] for s in start.tolist()])
+        y = torch.stack([data[s + 1 : s + 1 + block] for s in start.tolist()])
         out.append((x.to(device), y.to(device)))
     return out

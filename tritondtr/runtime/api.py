@@ -40,6 +40,13 @@ def enable(
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
     """
-    config = RuntimeConfig(budget=budget, heuristic=heuristic, backend=backend, stress=stress,
-                           debug=debug, never_evict=never_evict, pin_backward=pin_backward)
+    config = RuntimeConfig(
+        budget=budget,
+        heuristic=heuristic,
+        backend=backend,
+        stress=stress,
+        debug=debug,
+        never_evict=never_evict,
+        pin_backward=pin_backward,
+    )
     return Session(config)

@@ -53,7 +53,7 @@ def writes_leaf(session, info, args, kwargs) -> bool:
     hooks = session._hooks
     for key in info.written:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
-        for t in (v if isinstance(v, (list, tuple)) else (v,)):
+        for t in v if isinstance(v, (list, tuple)) else (v,):
             if isinstance(t, torch.Tensor) and type(t) is not DTRTensor:
                 h = hooks.get(id(t))
                 if h is not None and h[0]() is t:
@@ -101,7 +101,7 @@ def call_plain(info, args, kwargs):
             obj = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]
             if len(info.rets) == 1:
                 return obj
-            out = (*out[:r], obj, *out[r + 1:])
+            out = (*out[:r], obj, *out[r + 1 :])
     return out
 
 
@@ -126,12 +126,11 @@ def check_invariants(session) -> None:
                     assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked"
     pending = sum(n for _, n in pool.released)
     assert total + pending == pool.resident, (
-        f"resident bytes {pool.resident} != live resident storages {total} + {pending}")
+        f"resident bytes {pool.resident} != live resident storages {total} + {pending}"
+    )
 
 
 def unwrap_any(v):
     if type(v) is DTRTensor:
         return v._cell.pool.session.value(v, escape=True)
     return v
-
-

@@ -53,17 +53,22 @@ class RuntimeConfig:
         try:
             object.__setattr__(self, "backend", Backend(self.backend))
         except ValueError:
-            raise ValueError(f"unknown backend {self.backend!r}; expected one of "
-                             f"{[b.value for b in Backend]}") from None
+            raise ValueError(
+                f"unknown backend {self.backend!r}; expected one of {[b.value for b in Backend]}"
+            ) from None
         for name in ("stress", "debug", "pin_backward"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.stress and self.budget is not None:
-            raise ValueError(f"stress=True evicts everything evictable after every op and takes "
-                             f"no budget; got budget={self.budget!r}; pass budget=None")
+            raise ValueError(
+                f"stress=True evicts everything evictable after every op and takes "
+                f"no budget; got budget={self.budget!r}; pass budget=None"
+            )
         if self.never_evict is not None and not callable(self.never_evict):
-            raise ValueError("never_evict must be a callable fn(op_name, output) -> bool, got "
-                             f"{type(self.never_evict).__name__}")
+            raise ValueError(
+                "never_evict must be a callable fn(op_name, output) -> bool, got "
+                f"{type(self.never_evict).__name__}"
+            )
 
     @property
     def evicting(self) -> bool:

@@ -44,7 +44,7 @@ class ThrashError(BudgetError):
             f"recomputing the output of {op} took {remats} rematerializations of "
             f"{storages} distinct storages ({remats / storages:.0f} each on average): each "
             "recomputation evicts what the next one needs. Raise the budget (budget=None "
-            "measures the unlimited peak) or shrink the model's working set (smaller batch)."
+            "measures the unlimited peak) or shrink the model's working set (smaller batch).",
         )
 
 
@@ -67,6 +67,7 @@ class UnsupportedOpError(NotImplementedError):
 
     def __init__(self, op: str, why: str, fix: str | None = None) -> None:
         self.op = op
-        fix = fix or ("Call it outside the context, or on tritondtr.runtime.unwrap(t) (a plain "
-                      "tensor).")
+        fix = fix or (
+            "Call it outside the context, or on tritondtr.runtime.unwrap(t) (a plain tensor)."
+        )
         super().__init__(f"tritondtr: {op} is not supported on tracked tensors: {why}. {fix}")

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["blank_writes", "forget", "fresh", "outputs", "view_of"]
 
 
-def outputs(session: Session, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng,
-             cost):
+def outputs(
+    session: Session, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+):
     """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
     tracked, views wrapped over their argument's cell, written arguments given new versions
     (NOTE [ In-place versions ] rule 1), written returns given back as the caller's objects."""
@@ -96,23 +97,32 @@ def outputs(session: Session, info, args, kwargs, pargs, pkw, out, inputs, paren
         return out
     return res[0] if single else tuple(res)
 
+
 def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     pool, info, never = session.pool, rec.info, session.config.never_evict
     if pool.device is None:
         pool.start(o.device)
     outs = rec.outs
     outs.append((r, j))
-    pinned = info.never_evict or (info.nondet_bitwise and o.is_cuda) or (
-        never is not None and bool(never(info.name, o)))
+    pinned = (
+        info.never_evict
+        or (info.nondet_bitwise and o.is_cuda)
+        or (never is not None and bool(never(info.name, o)))
+    )
     s = pool.track(o, rec, len(outs) - 1, parents, cost, pinned)
     return DTRTensor(Cell(s, pool), o, None)
 
 
 def view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
     """A wrapper for output ``o``, a view of the argument ``src`` (plain value ``psrc``)."""
-    if (o.dtype == psrc.dtype and o.storage_offset() == psrc.storage_offset()
-            and o.size() == psrc.size() and o.stride() == psrc.stride()
-            and o.is_conj() == psrc.is_conj() and o.is_neg() == psrc.is_neg()):
+    if (
+        o.dtype == psrc.dtype
+        and o.storage_offset() == psrc.storage_offset()
+        and o.size() == psrc.size()
+        and o.stride() == psrc.stride()
+        and o.is_conj() == psrc.is_conj()
+        and o.is_neg() == psrc.is_neg()
+    ):
         view = src._view
     else:
         view = geometry(o)

@@ -110,11 +110,11 @@ class Pool:
     def start(self, device: torch.device) -> None:
         self.device = device
         if not self.lazy:
-            self.engine = Engine(self.config.heuristic, device=device,
-                                 backend=self.config.backend)
+            self.engine = Engine(self.config.heuristic, device=device, backend=self.config.backend)
 
-    def track(self, buf: torch.Tensor, recipe, out: int, parents, cost: float,
-              pinned: bool) -> Storage:
+    def track(
+        self, buf: torch.Tensor, recipe, out: int, parents, cost: float, pinned: bool
+    ) -> Storage:
         """A new resident storage computed by ``recipe`` from the ``parents`` slots."""
         nbytes = buf.untyped_storage().nbytes()
         backward = self.pin_backward and _in_backward() >= 0
@@ -172,8 +172,7 @@ class Pool:
     def live(self) -> list[Storage]:
         """Every live tracked storage, in creation order while lazy."""
         refs = self.lazy_refs.values() if self.lazy else self.slots
-        return [s for ref in refs if ref is not None and (s := ref()) is not None
-                and s.slot >= 0]
+        return [s for ref in refs if ref is not None and (s := ref()) is not None and s.slot >= 0]
 
     def sync(self) -> None:
         """NOTE [ Lazy engine ] rule 2: build the engine and enter every live storage."""
@@ -188,8 +187,13 @@ class Pool:
         entered: dict[int, int] = {}  # id(storage) -> engine slot (all of ``live`` stay alive)
         for s in live:
             rec = s.recipe
-            parents = [] if rec is None else [
-                entered[id(e[2])] for e in rec.inputs if e[5] <= WRITE and id(e[2]) in entered]
+            parents = (
+                []
+                if rec is None
+                else [
+                    entered[id(e[2])] for e in rec.inputs if e[5] <= WRITE and id(e[2]) in entered
+                ]
+            )
             resident = s.buf is not None
             pinned = resident and s.pinned
             backward = resident and s.backward and not pinned
@@ -328,8 +332,10 @@ class Pool:
         if budget is None or self.resident <= budget:
             return
         if self.lazy:
-            raise AssertionError("bug of tritondtr: over budget while the engine is deferred "
-                                 "(NOTE [ Lazy engine ] rule 2)")
+            raise AssertionError(
+                "bug of tritondtr: over budget while the engine is deferred "
+                "(NOTE [ Lazy engine ] rule 2)"
+            )
         first = True
         while self.resident > budget:
             if not self.evict_one(first):
@@ -362,5 +368,7 @@ class Pool:
             elif not eng.is_candidate(s.slot):
                 pinned += s.nbytes
                 np_ += 1
-        return (f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
-                f"{np_} pinned ({pinned} bytes)")
+        return (
+            f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
+            f"{np_} pinned ({pinned} bytes)"
+        )

@@ -82,8 +82,9 @@ class Storage:
         "slot",
     )
 
-    def __init__(self, buf, nbytes: int, slot: int, recipe, out: int, pool,
-                 pinned: bool = False) -> None:
+    def __init__(
+        self, buf, nbytes: int, slot: int, recipe, out: int, pool, pinned: bool = False
+    ) -> None:
         self.buf = buf
         self.nbytes = nbytes
         self.slot = slot
@@ -207,8 +208,10 @@ def generator_of(device: torch.device | None, gen) -> torch.Generator:
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         return torch.cuda.default_generators[idx]
-    raise NotImplementedError(f"tritondtr: random ops on {device} are not supported (no "
-                              "generator state to capture); run them outside the context")
+    raise NotImplementedError(
+        f"tritondtr: random ops on {device} are not supported (no "
+        "generator state to capture); run them outside the context"
+    )
 
 
 def capture_rng(device: torch.device | None, gen) -> tuple:

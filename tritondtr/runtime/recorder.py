@@ -113,7 +113,7 @@ class Recorder:
         for r, (kind, view, wrote_arg) in enumerate(rets):
             if kind == OTHER or wrote_arg is not None:
                 continue
-            for w in ([res[r]] if kind == ONE else list(res[r] or ())):
+            for w in [res[r]] if kind == ONE else list(res[r] or ()):
                 if type(w) is not DTRTensor or w._cell.pool is not self.pool:
                     continue
                 if view is None:
@@ -142,8 +142,9 @@ class Recorder:
             self.backward = False
         tids = list(range(self.next_id, self.next_id + len(outs)))
         self.next_id += len(outs)
-        self.events.append((_CALL, info.name, ins, [o[0] for o in outs], [o[1] for o in outs],
-                            cost, tids))
+        self.events.append(
+            (_CALL, info.name, ins, [o[0] for o in outs], [o[1] for o in outs], cost, tids)
+        )
         self.ops += 1
         written = 0
         for tid, (nbytes, alias, w, cell) in zip(tids, outs):
@@ -172,8 +173,10 @@ class Recorder:
     def _input(self, storage, view) -> int:
         ver = self.versions.get(id(storage))
         if ver is None or ver.ref() is not storage or not ver.tids:
-            raise AssertionError("bug of tritondtr: the trace recorder has no tensor for a "
-                                 f"tracked input of {storage.nbytes} bytes")
+            raise AssertionError(
+                "bug of tritondtr: the trace recorder has no tensor for a "
+                f"tracked input of {storage.nbytes} bytes"
+            )
         return ver.views.get(view, ver.base)
 
     def _new_version(self, storage, tid: int) -> _Version:
@@ -246,8 +249,7 @@ class Recorder:
         for ev in self.events:
             if ev[0] == _CALL:
                 _, name, ins, sizes, aliases, cost, tids = ev
-                new = b.call(name, [ids[t] for t in ins], sizes=sizes, cost=cost,
-                             aliases=aliases)
+                new = b.call(name, [ids[t] for t in ins], sizes=sizes, cost=cost, aliases=aliases)
                 for t, n in zip(tids, new):
                     ids[t] = n
             elif ev[0] == _RELEASE:

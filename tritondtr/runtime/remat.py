@@ -91,8 +91,7 @@ def materialize(pool: Pool, target: Storage) -> torch.Tensor:
     """Make ``target`` resident (NOTE [ Iterative rematerialization ]); returns its
     buffer, with ``target`` locked once (the caller unlocks it)."""
     pool.sync()  # a lazy pool frees only dead buffers, never one a caller asks for
-    prof = torch.profiler.record_function("tritondtr::rematerialize") if _profiling() \
-        else None
+    prof = torch.profiler.record_function("tritondtr::rematerialize") if _profiling() else None
     if prof is not None:
         prof.__enter__()
     stack: list[list] = [[target, None, None]]  # [storage, locks, parent frame]
@@ -105,8 +104,11 @@ def materialize(pool: Pool, target: Storage) -> torch.Tensor:
             if s.buf is None:
                 if frame[1] is None:
                     frame[1] = []
-                missing = [[e[2], None, frame] for e in s.recipe.inputs
-                           if e[5] <= WRITE and e[2].slot >= 0 and e[2].buf is None]
+                missing = [
+                    [e[2], None, frame]
+                    for e in s.recipe.inputs
+                    if e[5] <= WRITE and e[2].slot >= 0 and e[2].buf is None
+                ]
                 if missing:
                     pushed.update(id(m[0]) for m in missing)
                     if len(missing) > 1:  # rule 4: the oldest on top, computed first
@@ -131,8 +133,7 @@ def materialize(pool: Pool, target: Storage) -> torch.Tensor:
                 done = pool.stats.rematerializations - remats0
                 if done > _THRASH * len(pushed) and done > _THRASH_MIN:  # rule 6
                     pool.stats.budget_errors += 1
-                    raise ThrashError(target.recipe.info.name, pool.budget, done,
-                                      len(pushed))
+                    raise ThrashError(target.recipe.info.name, pool.budget, done, len(pushed))
             stack.pop()
             pool.lock(s)  # for the parent frame, or for the caller
             if frame[2] is not None:
@@ -180,7 +181,8 @@ def recompute(pool: Pool, s: Storage, use: bool) -> None:
     if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
         raise AssertionError(
             f"bug of tritondtr: recomputing {rec.info.name} gave a buffer of "
-            f"{buf.untyped_storage().nbytes()} bytes, the first execution {s.nbytes}")
+            f"{buf.untyped_storage().nbytes()} bytes, the first execution {s.nbytes}"
+        )
     s.buf = buf
     pool.engine.remat(s.slot, pool.now if use else None)
     pool.stats.rematerializations += 1

@@ -98,8 +98,10 @@ def register(*ops, **semantics) -> Callable:
         for op in ops:
             key = op if isinstance(op, str) else op.name()
             if key in _TABLE:
-                raise ValueError(f"op semantics for {key} are already registered; "
-                                 "edit the existing entry instead of adding a second one")
+                raise ValueError(
+                    f"op semantics for {key} are already registered; "
+                    "edit the existing entry instead of adding a second one"
+                )
             _TABLE[key] = entry
         return fn
 
@@ -111,36 +113,56 @@ def registered() -> dict[str, Semantics]:
     return dict(_TABLE)
 
 
-@register(aten.native_batch_norm.default, aten.cudnn_batch_norm.default,
-          aten.miopen_batch_norm.default, hidden_mutation=(3, 4))
+@register(
+    aten.native_batch_norm.default,
+    aten.cudnn_batch_norm.default,
+    aten.miopen_batch_norm.default,
+    hidden_mutation=(3, 4),
+)
 def _batch_norm_running_stats():
     """Batch norm updates running_mean / running_var (arguments 3 and 4) in training mode
     although the schema does not mark them as written; a replay must not update them twice."""
 
 
-@register(aten.set_.default, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
-          aten.set_.source_Tensor, aten.set_.source_Tensor_storage_offset,
-          aten.resize_.default, aten.resize_as_.default,
-          unsupported="it replaces or resizes the tensor's storage, which the runtime owns")
+@register(
+    aten.set_.default,
+    aten.set_.source_Storage,
+    aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor,
+    aten.set_.source_Tensor_storage_offset,
+    aten.resize_.default,
+    aten.resize_as_.default,
+    unsupported="it replaces or resizes the tensor's storage, which the runtime owns",
+)
 def _storage_changing_views():
     """NOTE [ Op semantics ] rule 6: a wrapper's buffer cannot be swapped or grown from
     below autograd."""
 
 
-_SUBCLASS_FORMULA = ("its backward formula takes another path for tensor subclasses "
-                     "(isTensorSubclassLike), so its gradient would differ from eager in the "
-                     "last bits")
+_SUBCLASS_FORMULA = (
+    "its backward formula takes another path for tensor subclasses "
+    "(isTensorSubclassLike), so its gradient would differ from eager in the "
+    "last bits"
+)
 
 
-@register(aten.prod.default, aten.prod.dim_int, aten.linalg_eig.default,
-          unsupported_grad=_SUBCLASS_FORMULA)
+@register(
+    aten.prod.default,
+    aten.prod.dim_int,
+    aten.linalg_eig.default,
+    unsupported_grad=_SUBCLASS_FORMULA,
+)
 def _prod_eig_subclass_formula():
     """prod_backward and linalg_eig_backward (PyTorch's FunctionsManual.cpp) check
     isTensorSubclassLike on the input (NOTE [ Op semantics ] rule 7)."""
 
 
-@register(aten.masked_fill.Tensor, aten.masked_fill_.Tensor, grad_args=(2,),
-          unsupported_grad=_SUBCLASS_FORMULA + " for the fill value")
+@register(
+    aten.masked_fill.Tensor,
+    aten.masked_fill_.Tensor,
+    grad_args=(2,),
+    unsupported_grad=_SUBCLASS_FORMULA + " for the fill value",
+)
 def _masked_fill_subclass_formula():
     """masked_fill_backward (the gradient of the fill value) sums with ``where`` for
     subclasses and with ``masked_select`` otherwise (NOTE [ Op semantics ] rule 7)."""
@@ -152,12 +174,25 @@ def _unsafe_view_alias():
     argument's storage (NOTE [ Op semantics ] rule 8)."""
 
 
-@register(aten.copy_.default, aten.copy_.Tensor, aten.fill_.Scalar, aten.fill_.Tensor,
-          aten.zero_.default, aten.bernoulli_.float, aten.bernoulli_.Tensor,
-          aten.uniform_.default, aten.normal_.default, aten.random_.default,
-          "aten::random_.from", aten.random_.to, aten.exponential_.default,
-          aten.geometric_.default, aten.cauchy_.default, aten.log_normal_.default,
-          overwrites=True)
+@register(
+    aten.copy_.default,
+    aten.copy_.Tensor,
+    aten.fill_.Scalar,
+    aten.fill_.Tensor,
+    aten.zero_.default,
+    aten.bernoulli_.float,
+    aten.bernoulli_.Tensor,
+    aten.uniform_.default,
+    aten.normal_.default,
+    aten.random_.default,
+    "aten::random_.from",
+    aten.random_.to,
+    aten.exponential_.default,
+    aten.geometric_.default,
+    aten.cauchy_.default,
+    aten.log_normal_.default,
+    overwrites=True,
+)
 def _overwriting_ops():
     """Every element of ``self`` is written from the other arguments (and the generator)
     alone (NOTE [ Op semantics ] rule 9)."""
@@ -212,8 +247,16 @@ class OpInfo:
 _CACHE: dict[object, OpInfo] = {}
 
 # Ops whose result is uninitialized memory (NOTE [ What is tracked ] rule 5 in session.py).
-_UNINIT = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_permuted",
-                     "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"})
+_UNINIT = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_permuted",
+        "aten::empty_like",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+    }
+)
 
 
 def op_info(func) -> OpInfo:
@@ -273,8 +316,7 @@ def _analyze(func) -> OpInfo:
         rets = [(ONE, sem.hidden_alias, None)]
     tags = func.tags
     inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
-    flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) \
-        else None
+    flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) else None
     return OpInfo(
         func=func,
         name=str(func),
@@ -287,11 +329,17 @@ def _analyze(func) -> OpInfo:
         inplace_view=inplace_view,
         flat=flat,
         fresh1=not written and tuple(rets) == ((ONE, None, None),),
-        view1=rets[0][1] if (not written and len(rets) == 1 and rets[0][0] == ONE
-                             and type(rets[0][1]) is int) else None,
+        view1=rets[0][1]
+        if (not written and len(rets) == 1 and rets[0][0] == ONE and type(rets[0][1]) is int)
+        else None,
         inplace1=tuple(written) == (0,) and tuple(rets) == ((ONE, None, 0),),
-        special=bool(inplace_view or written or sem.unsupported or sem.unsupported_grad
-                     or schema.name in _UNINIT),
+        special=bool(
+            inplace_view
+            or written
+            or sem.unsupported
+            or sem.unsupported_grad
+            or schema.name in _UNINIT
+        ),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,
         unsupported_grad=sem.unsupported_grad,

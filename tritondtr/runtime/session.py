@@ -99,8 +99,9 @@ class Session:
     # ------------------------------------------------------------------ context
     def __enter__(self) -> Session:
         if self.active or self.closed:
-            raise RuntimeError("a tritondtr Session is entered once; call tritondtr.enable() "
-                               "again for a new one")
+            raise RuntimeError(
+                "a tritondtr Session is entered once; call tritondtr.enable() again for a new one"
+            )
         self._mode.__enter__()
         self.active = True
         return self
@@ -143,16 +144,25 @@ class Session:
         if info.uninit and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
         pool = self.pool
-        if (info.written and pool.now != pool.frozen_at
-                and boundary.writes_leaf(self, info, args, kwargs)):
+        if (
+            info.written
+            and pool.now != pool.frozen_at
+            and boundary.writes_leaf(self, info, args, kwargs)
+        ):
             self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
             raise UnsupportedOpError(info.name, info.unsupported)
-        if info.unsupported_grad is not None and _grad_enabled() and any(
+        if (
+            info.unsupported_grad is not None
+            and _grad_enabled()
+            and any(
                 i < len(args) and getattr(args[i], "requires_grad", False)
-                for i in info.semantics.grad_args):  # NOTE [ Op semantics ] rule 7
-            raise UnsupportedOpError(info.name, info.unsupported_grad,
-                                     "Differentiate it outside the context.")
+                for i in info.semantics.grad_args
+            )
+        ):  # NOTE [ Op semantics ] rule 7
+            raise UnsupportedOpError(
+                info.name, info.unsupported_grad, "Differentiate it outside the context."
+            )
         return _TRACK
 
     def _call(self, info, args, kwargs):
@@ -183,8 +193,7 @@ class Session:
                             pargs[i] = buf if view is None else derive(buf, view)
                             continue
                     if v is not None:
-                        pargs[i] = self._in(v, i, -1, i in written, inputs, locked, parents,
-                                            wrote)
+                        pargs[i] = self._in(v, i, -1, i in written, inputs, locked, parents, wrote)
             else:
                 pkw = dict(kwargs)
                 self._walk(info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote)
@@ -192,14 +201,14 @@ class Session:
                 for k, e in enumerate(inputs):
                     if e[5] == PLAIN and e[0] in written:
                         inputs[k] = (e[0], e[1], e[2].clone(), None, None, SNAPSHOT)
-            blanks = blank_writes(inputs, pargs, pkw, parents) if info.overwrites and wrote \
-                else None
+            blanks = (
+                blank_writes(inputs, pargs, pkw, parents) if info.overwrites and wrote else None
+            )
             pool.now += 1
             if pool.budget is not None and pool.resident > pool.budget:
                 pool.make_room(info.name)
             pool.op_bytes = 0
-            rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random \
-                else None
+            rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random else None
             while True:
                 t0 = _now_ns()
                 try:
@@ -221,9 +230,15 @@ class Session:
                 pool.unlock(s)
             locked.clear()
             if info.fresh1:  # one fresh output: outputs' common case
-                if out is not None and out.layout is _STRIDED and (
-                        out.device == pool.device if pool.device is not None
-                        else out.device.type != "meta"):
+                if (
+                    out is not None
+                    and out.layout is _STRIDED
+                    and (
+                        out.device == pool.device
+                        if pool.device is not None
+                        else out.device.type != "meta"
+                    )
+                ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
                     for e in inputs:  # the recipe keeps storages, not tensors
@@ -247,8 +262,9 @@ class Session:
                 if type(src) is DTRTensor and src._cell.pool is pool:
                     out = view_of(out, src, pargs[info.view1])
             else:
-                out = outputs(self, info, args, kwargs, pargs, pkw, out, inputs, parents,
-                              wrote, rng, cost)
+                out = outputs(
+                    self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+                )
             if self.observer is not None:
                 self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
@@ -283,8 +299,9 @@ class Session:
             if kind == ONE:
                 pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
             else:
-                pv = [self._in(t, key, j, w, inputs, locked, parents, wrote)
-                      for j, t in enumerate(v)]
+                pv = [
+                    self._in(t, key, j, w, inputs, locked, parents, wrote) for j, t in enumerate(v)
+                ]
             if name is None:
                 pargs[i] = pv
             else:
@@ -358,6 +375,7 @@ class Session:
         if type(g) is DTRTensor and g.grad_fn is None:
             p.grad = g._cell.pool.session.value(g, escape=True)
 
+
 def _any_wrapper(info, args, kwargs) -> bool:
     for i, kind, name in info.args:
         v = (args[i] if i < len(args) else None) if name is None else kwargs.get(name)
@@ -377,4 +395,3 @@ def _device_of(pargs, pkw) -> torch.device | None:
             return a.device
     d = pkw.get("device")
     return torch.device(d) if d is not None else None
-

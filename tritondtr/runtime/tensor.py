@@ -25,8 +25,13 @@ class DTRTensor(torch.Tensor):
     def __new__(cls, cell, plain: torch.Tensor, view):
         # storage_size: the whole buffer, so in-place view ops may move anywhere in it.
         r = torch.Tensor._make_wrapper_subclass(
-            cls, plain.size(), strides=plain.stride(), storage_offset=plain.storage_offset(),
-            dtype=plain.dtype, device=plain.device, storage_size=cell.storage.nbytes,
+            cls,
+            plain.size(),
+            strides=plain.stride(),
+            storage_offset=plain.storage_offset(),
+            dtype=plain.dtype,
+            device=plain.device,
+            storage_size=cell.storage.nbytes,
         )
         if plain.is_conj():  # the math bits live on the wrapper too (conj views, FFTs)
             torch._C._set_conj(r, True)
@@ -60,8 +65,10 @@ class DTRTensor(torch.Tensor):
 
     def numpy(self, *, force: bool = False):
         if self.requires_grad and not force:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
-                               "Use tensor.detach().numpy() instead.")
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. "
+                "Use tensor.detach().numpy() instead."
+            )
         return self._cell.pool.session.value(self, escape=True).numpy(force=force)
 
     def __array__(self, dtype=None, copy=None):
@@ -82,7 +89,8 @@ def restride(func, args, kwargs) -> DTRTensor:
     # The new geometry, from a stand-in on the meta device with the buffer's extent.
     n = t._cell.storage.nbytes // t.element_size()
     stand = torch.empty((n,), dtype=t.dtype, device="meta").as_strided(
-        t.size(), t.stride(), t.storage_offset())
+        t.size(), t.stride(), t.storage_offset()
+    )
     func(stand, *args[1:], **kwargs)
     size, stride, offset = stand.size(), stand.stride(), stand.storage_offset()
     with torch._C._DisableTorchDispatch():  # the wrapper's own (data-less) metadata

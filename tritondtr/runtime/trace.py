@@ -38,8 +38,9 @@ class Recording:
             after an exception; the file is then not written).
     """
 
-    def __init__(self, session: Session, path: str | os.PathLike | None, meta: dict,
-                 compress: bool) -> None:
+    def __init__(
+        self, session: Session, path: str | os.PathLike | None, meta: dict, compress: bool
+    ) -> None:
         self.session = session
         self.path = None if path is None else Path(path)
         self.trace: Trace | None = None
@@ -54,8 +55,9 @@ class Recording:
 
     def __enter__(self) -> Recording:
         if self._recorder is not None:
-            raise RuntimeError("a tritondtr Recording is entered once; call tritondtr.trace() "
-                               "again for a new one")
+            raise RuntimeError(
+                "a tritondtr Recording is entered once; call tritondtr.trace() again for a new one"
+            )
         self._recorder = Recorder(self.session)
         self.session.observer = self._recorder
         self.session.__enter__()
@@ -86,11 +88,18 @@ class Recording:
             "size_unit": "bytes",
             "torch": torch.__version__,
             "device": None if pool.device is None else str(pool.device),
-            "runtime": {"heuristic": str(getattr(h, "value", None) or getattr(h, "name", h)),
-                        "pin_backward": cfg.pin_backward, "stress": cfg.stress, **stats},
-            "recorder": {"ops": rec.ops, "skipped_ops": rec.skipped,
-                         "constants": len(rec.constants),
-                         "inplace_bytes_max": rec.inplace_bytes_max},
+            "runtime": {
+                "heuristic": str(getattr(h, "value", None) or getattr(h, "name", h)),
+                "pin_backward": cfg.pin_backward,
+                "stress": cfg.stress,
+                **stats,
+            },
+            "recorder": {
+                "ops": rec.ops,
+                "skipped_ops": rec.skipped,
+                "constants": len(rec.constants),
+                "inplace_bytes_max": rec.inplace_bytes_max,
+            },
         }
         meta.update(self._meta)
         return meta
@@ -132,10 +141,19 @@ def trace(
     if path is not None:
         name = Path(path).name.removesuffix(".gz")
         if not name.endswith((".npz", ".jsonl", ".json")):
-            raise ValueError(f"cannot tell the trace form from {Path(path).name!r}: use a .npz "
-                             "or .jsonl suffix, optionally followed by .gz")
+            raise ValueError(
+                f"cannot tell the trace form from {Path(path).name!r}: use a .npz "
+                "or .jsonl suffix, optionally followed by .gz"
+            )
     if meta is not None and not isinstance(meta, dict):
         raise ValueError(f"meta must be a dict of JSON-able values, got {type(meta).__name__}")
-    config = RuntimeConfig(budget=budget, heuristic=heuristic, backend=backend, stress=stress,
-                           debug=debug, never_evict=never_evict, pin_backward=pin_backward)
+    config = RuntimeConfig(
+        budget=budget,
+        heuristic=heuristic,
+        backend=backend,
+        stress=stress,
+        debug=debug,
+        never_evict=never_evict,
+        pin_backward=pin_backward,
+    )
     return Recording(Session(config), path, dict(meta or {}), compress)

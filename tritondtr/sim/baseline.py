@@ -68,14 +68,17 @@ def baseline(trace: Trace) -> Baseline:
                 mem -= st_size[s]
                 freed[s] = 1
             elif r < 0:
-                raise TraceError(f"event {e}: tensor {a} is released more often than it is "
-                                 "referenced")
+                raise TraceError(
+                    f"event {e}: tensor {a} is released more often than it is referenced"
+                )
         elif k in op_kinds:
             for s in op_parents[a]:
                 if freed[s]:
                     t = next(t for t in p.op_inputs[a] if sid[t] == s)
-                    raise TraceError(f"event {e}: op {a} reads tensor {t}, whose storage was "
-                                     "released for good earlier (a use after the last release)")
+                    raise TraceError(
+                        f"event {e}: op {a} reads tensor {t}, whose storage was "
+                        "released for good earlier (a use after the last release)"
+                    )
             mem += p.op_total[a]
             if mem > peak:
                 peak = mem
@@ -83,7 +86,11 @@ def baseline(trace: Trace) -> Baseline:
                 refs[s] += 1
         elif k == KIND_RETAIN:
             refs[sid[a]] += 1
-    result = Baseline(compute=trace.total_cost(), peak_bytes=peak, constant_bytes=const,
-                      bottleneck_bytes=bottleneck)
+    result = Baseline(
+        compute=trace.total_cost(),
+        peak_bytes=peak,
+        constant_bytes=const,
+        bottleneck_bytes=bottleneck,
+    )
     trace._baseline = result
     return result

@@ -61,8 +61,10 @@ class OpGraph:
     def from_trace(cls, trace: Trace) -> OpGraph:
         """The graph of a trace without views (generated traces qualify)."""
         if (trace.alias >= 0).any():
-            raise ValueError("solve_checkmate models traces without views (alias >= 0 found); "
-                             "use a generated trace or one without aliasing ops")
+            raise ValueError(
+                "solve_checkmate models traces without views (alias >= 0 found); "
+                "use a generated trace or one without aliasing ops"
+            )
         is_const = trace.is_constant_op()
         op_of = trace.op_of_tensor()
         node = np.cumsum(~is_const) - 1  # dense node id of every non-constant op
@@ -70,13 +72,17 @@ class OpGraph:
         np.add.at(fresh, op_of, trace.size)
         deps = []
         for o in np.flatnonzero(~is_const).tolist():
-            src = op_of[trace.inputs[trace.in_ptr[o]:trace.in_ptr[o + 1]]]
+            src = op_of[trace.inputs[trace.in_ptr[o] : trace.in_ptr[o + 1]]]
             deps.append(tuple(sorted({int(node[p]) for p in src.tolist() if not is_const[p]})))
         out_ops = op_of[trace.arg[trace.kind == EventKind.OUTPUT]]
         outputs = tuple(sorted({int(node[p]) for p in out_ops.tolist() if not is_const[p]}))
-        return cls(cost=trace.op_cost[~is_const].astype(np.float64), size=fresh[~is_const],
-                   deps=tuple(deps), outputs=outputs,
-                   constant_bytes=int(fresh[is_const].sum()))
+        return cls(
+            cost=trace.op_cost[~is_const].astype(np.float64),
+            size=fresh[~is_const],
+            deps=tuple(deps),
+            outputs=outputs,
+            constant_bytes=int(fresh[is_const].sum()),
+        )
 
 
 @dataclass(frozen=True)
@@ -104,8 +110,9 @@ def _scipy_milp():
     try:
         from scipy import optimize, sparse
     except ImportError:
-        raise ImportError("solve_checkmate needs scipy (its HiGHS MILP solver): "
-                          "pip install tritondtr[milp]") from None
+        raise ImportError(
+            "solve_checkmate needs scipy (its HiGHS MILP solver): pip install tritondtr[milp]"
+        ) from None
     return optimize, sparse
 
 
@@ -165,14 +172,24 @@ def solve_checkmate(
                 row([(R[t, k], 1), (R[t, i], -1), (S[t, i], -1)], -inf, 0)
         if t:
             for i in range(t):  # only a value present in the last stage can be kept
-                row([(S[t, i], 1), (R[t - 1, i], -1)] + (
-                    [(S[t - 1, i], -1)] if i < t - 1 else []), -inf, 0)
+                row(
+                    [(S[t, i], 1), (R[t - 1, i], -1)] + ([(S[t - 1, i], -1)] if i < t - 1 else []),
+                    -inf,
+                    0,
+                )
         # Memory: U[t, 0] = constants + kept + op 0; then U[t, k] = U[t, k-1] + op k - freed.
-        row([(U[t, 0], 1), (R[t, 0], -size[0])] + [(S[t, i], -size[i]) for i in range(t)],
-            g.constant_bytes, g.constant_bytes)
+        row(
+            [(U[t, 0], 1), (R[t, 0], -size[0])] + [(S[t, i], -size[i]) for i in range(t)],
+            g.constant_bytes,
+            g.constant_bytes,
+        )
         for k in range(1, t + 1):
-            row([(U[t, k], 1), (U[t, k - 1], -1), (R[t, k], -size[k])]
-                + [(free[t, i, k - 1], size[i]) for i in (*deps[k - 1], k - 1)], 0, 0)
+            row(
+                [(U[t, k], 1), (U[t, k - 1], -1), (R[t, k], -size[k])]
+                + [(free[t, i, k - 1], size[i]) for i in (*deps[k - 1], k - 1)],
+                0,
+                0,
+            )
         for k in range(t + 1):
             for i in (*deps[k], k):
                 f = free[t, i, k]
@@ -191,9 +208,13 @@ def solve_checkmate(
     integrality = np.zeros(nvar)
     integrality[:n_int] = 1
     A = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), nvar))
-    res = optimize.milp(c, integrality=integrality, bounds=optimize.Bounds(lb, ub),
-                        constraints=optimize.LinearConstraint(A, lo, hi),
-                        options={"time_limit": float(time_limit), "mip_rel_gap": 0.0})
+    res = optimize.milp(
+        c,
+        integrality=integrality,
+        bounds=optimize.Bounds(lb, ub),
+        constraints=optimize.LinearConstraint(A, lo, hi),
+        options={"time_limit": float(time_limit), "mip_rel_gap": 0.0},
+    )
     base = float(g.cost.sum())
     wall = time.perf_counter() - t0
     if res.x is None:
@@ -206,7 +227,13 @@ def solve_checkmate(
     Sm[S >= 0] = x[S[S >= 0]]
     total = float(res.fun)
     return CheckmateResult(
-        status="optimal" if res.status == 0 else "time_limit", budget=int(budget),
-        baseline_cost=base, extra_cost=total - base,
-        overhead=total / base if base > 0 else float("nan"), R=Rm, S=Sm,
-        mip_gap=float(getattr(res, "mip_gap", 0.0) or 0.0), wall_s=wall)
+        status="optimal" if res.status == 0 else "time_limit",
+        budget=int(budget),
+        baseline_cost=base,
+        extra_cost=total - base,
+        overhead=total / base if base > 0 else float("nan"),
+        R=Rm,
+        S=Sm,
+        mip_gap=float(getattr(res, "mip_gap", 0.0) or 0.0),
+        wall_s=wall,
+    )

@@ -32,40 +32,76 @@ def _floats(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("traces", nargs="+", metavar="TRACE",
-                        help="trace file(s): .npz / .jsonl (optionally .gz) or a DTR log")
-    parser.add_argument("--heuristics", default=DEFAULT_HEURISTICS,
-                        help=f"comma-separated heuristic names (default: {DEFAULT_HEURISTICS}; "
-                             "also: random, and registered user heuristics)")
-    parser.add_argument("--ratios", type=_floats, default=None,
-                        help="comma-separated budgets as fractions of the baseline peak, run in "
-                             "the order given (default: 1.0,0.9,...,0.1)")
-    parser.add_argument("--budget", action="append", default=None, metavar="BYTES",
-                        help="an absolute budget such as 2GiB or 1500000000 (repeatable); "
-                             "replaces --ratios")
-    parser.add_argument("--backend", default="auto", choices=("auto", "triton", "torch"),
-                        help="scoring backend of the engine (default: auto = Triton on CUDA, "
-                             "torch elsewhere)")
-    parser.add_argument("--device", default="cpu",
-                        help="device of the engine's metadata table (default: cpu; 'cuda' "
-                             "for large traces on a GPU)")
-    parser.add_argument("--overhead-limit", type=float, default=2.0,
-                        help="a run thrashes when its total compute would exceed this multiple "
-                             "of the baseline compute (default: 2.0)")
-    parser.add_argument("--ties", default="slot", choices=("slot", "simrd"),
-                        help="how equal scores are broken: slot = the engine's rule (lowest "
-                             "slot id, i.e. the oldest storage); simrd = the DTR paper "
-                             "simulator's order, to reproduce its numbers (default: slot)")
-    parser.add_argument("--no-stop", action="store_true",
-                        help="run every ratio even after a heuristic failed")
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="trace file(s): .npz / .jsonl (optionally .gz) or a DTR log",
+    )
+    parser.add_argument(
+        "--heuristics",
+        default=DEFAULT_HEURISTICS,
+        help=f"comma-separated heuristic names (default: {DEFAULT_HEURISTICS}; "
+        "also: random, and registered user heuristics)",
+    )
+    parser.add_argument(
+        "--ratios",
+        type=_floats,
+        default=None,
+        help="comma-separated budgets as fractions of the baseline peak, run in "
+        "the order given (default: 1.0,0.9,...,0.1)",
+    )
+    parser.add_argument(
+        "--budget",
+        action="append",
+        default=None,
+        metavar="BYTES",
+        help="an absolute budget such as 2GiB or 1500000000 (repeatable); replaces --ratios",
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "triton", "torch"),
+        help="scoring backend of the engine (default: auto = Triton on CUDA, torch elsewhere)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="device of the engine's metadata table (default: cpu; 'cuda' "
+        "for large traces on a GPU)",
+    )
+    parser.add_argument(
+        "--overhead-limit",
+        type=float,
+        default=2.0,
+        help="a run thrashes when its total compute would exceed this multiple "
+        "of the baseline compute (default: 2.0)",
+    )
+    parser.add_argument(
+        "--ties",
+        default="slot",
+        choices=("slot", "simrd"),
+        help="how equal scores are broken: slot = the engine's rule (lowest "
+        "slot id, i.e. the oldest storage); simrd = the DTR paper "
+        "simulator's order, to reproduce its numbers (default: slot)",
+    )
+    parser.add_argument(
+        "--no-stop", action="store_true", help="run every ratio even after a heuristic failed"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random heuristic")
-    parser.add_argument("--out", default="sim-out", metavar="DIR",
-                        help="directory for results.csv, baselines.csv, figure2.png "
-                             "(default: ./sim-out)")
+    parser.add_argument(
+        "--out",
+        default="sim-out",
+        metavar="DIR",
+        help="directory for results.csv, baselines.csv, figure2.png (default: ./sim-out)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    parser.add_argument("--reference", metavar="JSON",
-                        help="a figure2-reference.json: draw its curves dashed and add "
-                             "ref_status / ref_overhead columns")
+    parser.add_argument(
+        "--reference",
+        metavar="JSON",
+        help="a figure2-reference.json: draw its curves dashed and add "
+        "ref_status / ref_overhead columns",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -86,24 +122,34 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     sweeps, rows = {}, []
-    bar = tqdm(total=len(args.traces) * len(heuristics) * len(points), unit="run",
-               disable=args.no_progress)
+    bar = tqdm(
+        total=len(args.traces) * len(heuristics) * len(points), unit="run", disable=args.no_progress
+    )
     for path in args.traces:
         trace = load_trace(path)
         name = trace.meta.get("name", Path(path).stem)
         base = baseline(trace)
-        print(f"{name}: {trace.num_ops} ops, {trace.num_tensors} tensors; baseline compute "
-              f"{base.compute / 1e6:.1f} ms, peak {format_bytes(base.peak_bytes)}, constants "
-              f"{format_bytes(base.constant_bytes)}, largest op "
-              f"{format_bytes(base.bottleneck_bytes)}")
+        print(
+            f"{name}: {trace.num_ops} ops, {trace.num_tensors} tensors; baseline compute "
+            f"{base.compute / 1e6:.1f} ms, peak {format_bytes(base.peak_bytes)}, constants "
+            f"{format_bytes(base.constant_bytes)}, largest op "
+            f"{format_bytes(base.bottleneck_bytes)}"
+        )
         results = []
         for h in heuristics:
             for i, x in enumerate(points):
                 kw = {"budget": x} if budgets else {"ratio": x}
                 bar.set_description(f"{name} {h} {x}")
-                res = simulate(trace, h, overhead_limit=args.overhead_limit,
-                               backend=args.backend, device=args.device, seed=args.seed,
-                               ties=args.ties, **kw)
+                res = simulate(
+                    trace,
+                    h,
+                    overhead_limit=args.overhead_limit,
+                    backend=args.backend,
+                    device=args.device,
+                    seed=args.seed,
+                    ties=args.ties,
+                    **kw,
+                )
                 results.append(res)
                 bar.update(1)
                 if not res.ok and not args.no_stop:
@@ -114,8 +160,20 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
 
     ref_of = _reference_lookup(reference)
-    fields = ["trace", "heuristic", "ratio", "budget", "status", "overhead", "peak_bytes",
-              "evictions", "eager_evictions", "remats", "selections", "wall_s"]
+    fields = [
+        "trace",
+        "heuristic",
+        "ratio",
+        "budget",
+        "status",
+        "overhead",
+        "peak_bytes",
+        "evictions",
+        "eager_evictions",
+        "remats",
+        "selections",
+        "wall_s",
+    ]
     extra = ["ref_status", "ref_overhead"] if reference else []
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -130,16 +188,20 @@ def run(args: argparse.Namespace) -> int:
         for name, (b, _) in sweeps.items():
             w.writerow([name, b.compute, b.peak_bytes, b.constant_bytes, b.bottleneck_bytes])
 
-    head = (f"{'trace':<14}{'heuristic':<11}{'ratio':>6}{'budget':>12}{'status':>8}"
-            f"{'overhead':>10}{'evictions':>10}{'remats':>8}{'select':>8}{'time s':>8}")
+    head = (
+        f"{'trace':<14}{'heuristic':<11}{'ratio':>6}{'budget':>12}{'status':>8}"
+        f"{'overhead':>10}{'evictions':>10}{'remats':>8}{'select':>8}{'time s':>8}"
+    )
     if reference:
         head += f"{'ref':>8}{'ref ovh':>9}"
     print(head)
     for name, _, r in rows:
         ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
-        line = (f"{name:<14}{r.heuristic:<11}{ratio:>6}{format_bytes(r.budget):>12}"
-                f"{r.status:>8}{r.overhead:>10.4f}{r.evictions:>10}{r.remats:>8}"
-                f"{r.selections:>8}{r.wall_s:>8.2f}")
+        line = (
+            f"{name:<14}{r.heuristic:<11}{ratio:>6}{format_bytes(r.budget):>12}"
+            f"{r.status:>8}{r.overhead:>10.4f}{r.evictions:>10}{r.remats:>8}"
+            f"{r.selections:>8}{r.wall_s:>8.2f}"
+        )
         if reference:
             st, ov = ref_of(name, r)
             line += f"{st:>8}{ov:>9}"

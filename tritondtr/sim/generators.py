@@ -47,8 +47,16 @@ class _Ops:
         self.num_ops = 0
         self.num_tensors = 0
 
-    def add(self, name: str | np.ndarray, cost, n_in: np.ndarray, inputs: np.ndarray,
-            n_out: np.ndarray, size: np.ndarray, const: bool = False) -> np.ndarray:
+    def add(
+        self,
+        name: str | np.ndarray,
+        cost,
+        n_in: np.ndarray,
+        inputs: np.ndarray,
+        n_out: np.ndarray,
+        size: np.ndarray,
+        const: bool = False,
+    ) -> np.ndarray:
         """Append k ops: ``n_in`` [k], ``inputs`` [sum n_in] tensor ids, ``n_out`` [k],
         ``size`` [sum n_out] bytes; ``name`` a string or [k] name ids. Returns the [sum n_out]
         ids of the new tensors."""
@@ -69,15 +77,22 @@ class _Ops:
 def _const(ops: _Ops, sizes: np.ndarray, name: str) -> np.ndarray:
     k = sizes.shape[0]
     one = np.ones(k, dtype=np.int64)
-    return ops.add(name, 0.0, np.zeros(k, np.int64), np.zeros(0, np.int64), one,
-                   sizes.astype(np.int64), const=True)
+    return ops.add(
+        name,
+        0.0,
+        np.zeros(k, np.int64),
+        np.zeros(0, np.int64),
+        one,
+        sizes.astype(np.int64),
+        const=True,
+    )
 
 
-def _finish(ops: _Ops, outputs: np.ndarray, meta: dict,
-            release_after: np.ndarray | None = None) -> Trace:
+def _finish(
+    ops: _Ops, outputs: np.ndarray, meta: dict, release_after: np.ndarray | None = None
+) -> Trace:
     """Concatenate the segments and add release and output events (NOTE [ Generated traces ])."""
-    cost, name, n_in, inputs, n_out, size, const = (
-        [s[i] for s in ops.segments] for i in range(7))
+    cost, name, n_in, inputs, n_out, size, const = ([s[i] for s in ops.segments] for i in range(7))
     is_const = np.concatenate([np.full(c.shape[0], f) for c, f in zip(cost, const)])
     cost, name = np.concatenate(cost), np.concatenate(name)
     n_in, inputs = np.concatenate(n_in), np.concatenate(inputs)
@@ -91,18 +106,36 @@ def _finish(ops: _Ops, outputs: np.ndarray, meta: dict,
     keep[outputs] = True
     rel = np.flatnonzero(~keep)
     # Event order: op o at key 2o, the releases after it at 2o + 1, outputs last.
-    key = np.concatenate([2 * np.arange(n_ops, dtype=np.int64), 2 * release_after[rel] + 1,
-                          np.full(outputs.shape[0], 2 * n_ops, dtype=np.int64)])
-    kind = np.concatenate([
-        np.where(is_const, np.int8(EventKind.CONSTANT), np.int8(EventKind.CALL)),
-        np.full(rel.shape[0], int(EventKind.RELEASE), dtype=np.int8),
-        np.full(outputs.shape[0], int(EventKind.OUTPUT), dtype=np.int8)])
+    key = np.concatenate(
+        [
+            2 * np.arange(n_ops, dtype=np.int64),
+            2 * release_after[rel] + 1,
+            np.full(outputs.shape[0], 2 * n_ops, dtype=np.int64),
+        ]
+    )
+    kind = np.concatenate(
+        [
+            np.where(is_const, np.int8(EventKind.CONSTANT), np.int8(EventKind.CALL)),
+            np.full(rel.shape[0], int(EventKind.RELEASE), dtype=np.int8),
+            np.full(outputs.shape[0], int(EventKind.OUTPUT), dtype=np.int8),
+        ]
+    )
     arg = np.concatenate([np.arange(n_ops, dtype=np.int64), rel, outputs.astype(np.int64)])
     order = np.argsort(key, kind="stable")
     ptr = lambda counts: np.concatenate([[0], np.cumsum(counts)])
-    return Trace(kind=kind[order], arg=arg[order], op_cost=cost, op_name=name,
-                 in_ptr=ptr(n_in), inputs=inputs, out_ptr=ptr(n_out), size=size,
-                 alias=np.full(n_t, -1, dtype=np.int32), names=list(ops.names), meta=meta)
+    return Trace(
+        kind=kind[order],
+        arg=arg[order],
+        op_cost=cost,
+        op_name=name,
+        in_ptr=ptr(n_in),
+        inputs=inputs,
+        out_ptr=ptr(n_out),
+        size=size,
+        alias=np.full(n_t, -1, dtype=np.int32),
+        names=list(ops.names),
+        meta=meta,
+    )
 
 
 def _positive(**kwargs) -> None:
@@ -129,17 +162,23 @@ def chain(n: int, *, backward: bool = True, size: int = 1, cost: float = 1.0) ->
         outputs = a[-1:]
         resident = min(n, 2) + 1
     else:
-        (g_n,) = ops.add("loss", cost, np.ones(1, np.int64), a[-1:], np.ones(1, np.int64),
-                         np.full(1, size))
+        (g_n,) = ops.add(
+            "loss", cost, np.ones(1, np.int64), a[-1:], np.ones(1, np.int64), np.full(1, size)
+        )
         # b_i for i = n..1 reads g_i (the previous output) and a_{i-1}.
         g_in = g_n + np.arange(n, dtype=np.int64)
         a_in = np.arange(n - 1, -1, -1, dtype=np.int64)
-        g = ops.add("b", cost, 2 * one, np.stack([g_in, a_in], axis=1).ravel(), one,
-                    np.full(n, size))
+        g = ops.add(
+            "b", cost, 2 * one, np.stack([g_in, a_in], axis=1).ravel(), one, np.full(n, size)
+        )
         outputs = g[-1:]
         resident = n + 2
-    meta = {"name": f"chain(n={n}{'' if backward else ', backward=False'})",
-            "generator": "chain", "n": n, "resident": resident}
+    meta = {
+        "name": f"chain(n={n}{'' if backward else ', backward=False'})",
+        "generator": "chain",
+        "n": n,
+        "resident": resident,
+    }
     return _finish(ops, outputs, meta)
 
 
@@ -169,16 +208,25 @@ def random_dag(
     ins = np.empty((n, fan_in), dtype=np.int64)
     ins[:, 0] = i - 1
     if fan_in > 1:
-        ins[:, 1:] = i[:, None] - 1 - (rng.random((n, fan_in - 1)) * window[:, None]).astype(
-            np.int64)
-    sizes = (np.full(n, size, dtype=np.int64) if np.isscalar(size)
-             else rng.integers(size[0], size[1], n, endpoint=True))
+        ins[:, 1:] = (
+            i[:, None] - 1 - (rng.random((n, fan_in - 1)) * window[:, None]).astype(np.int64)
+        )
+    sizes = (
+        np.full(n, size, dtype=np.int64)
+        if np.isscalar(size)
+        else rng.integers(size[0], size[1], n, endpoint=True)
+    )
     costs = cost if np.isscalar(cost) else rng.uniform(cost[0], cost[1], n)
     one = np.ones(n, dtype=np.int64)
     ops.add("node", costs, fan_in * one, ins.ravel(), one, sizes)
     release_after = np.minimum(np.arange(n + 1, dtype=np.int64) + live, n)
-    meta = {"name": f"random_dag(n={n}, live={live}, fan_in={fan_in}, seed={seed})",
-            "generator": "random_dag", "n": n, "live": live, "resident": min(n, live + 1) + 1}
+    meta = {
+        "name": f"random_dag(n={n}, live={live}, fan_in={fan_in}, seed={seed})",
+        "generator": "random_dag",
+        "n": n,
+        "live": live,
+        "resident": min(n, live + 1) + 1,
+    }
     return _finish(ops, np.array([n], dtype=np.int64), meta, release_after)
 
 
@@ -204,13 +252,22 @@ def branching(
     join_in = base[:, None] + depth * np.arange(width, dtype=np.int64) + depth - 1
     ins = np.concatenate([branch_in, join_in], axis=1).ravel()
     n_in = np.tile(np.concatenate([np.ones(width * depth, np.int64), [width]]), blocks)
-    names = np.tile(np.concatenate([np.full(width * depth, ops.name_id("branch"), np.int32),
-                                    [ops.name_id("join")]]).astype(np.int32), blocks)
+    names = np.tile(
+        np.concatenate(
+            [np.full(width * depth, ops.name_id("branch"), np.int32), [ops.name_id("join")]]
+        ).astype(np.int32),
+        blocks,
+    )
     n_ops = blocks * per
     out = ops.add(names, cost, n_in, ins, np.ones(n_ops, np.int64), np.full(n_ops, size))
-    meta = {"name": f"branching(blocks={blocks}, width={width}, depth={depth})",
-            "generator": "branching", "blocks": blocks, "width": width, "depth": depth,
-            "resident": width + 2}
+    meta = {
+        "name": f"branching(blocks={blocks}, width={width}, depth={depth})",
+        "generator": "branching",
+        "blocks": blocks,
+        "width": width,
+        "depth": depth,
+        "resident": width + 2,
+    }
     return _finish(ops, out[-1:], meta)
 
 
@@ -219,30 +276,30 @@ def branching(
 # index (outputs of the block's ops, numbered in order) or the name of an external [blocks]
 # id array; sizes and costs are names of the figures computed in ``transformer``.
 _FORWARD = [
-    ("layernorm", ["x"], ["act"], "ew"),          # 0 h1
-    ("mm", [0, "wqkv"], ["qkv"], "mm_qkv"),       # 1 qkv
-    ("scores", [1], ["att"], "mm_att"),           # 2 s
-    ("softmax", [2], ["att"], "ew_att"),          # 3 p
-    ("attend", [3, 1], ["act"], "mm_att"),        # 4 c
-    ("mm", [4, "wo"], ["act"], "mm_o"),           # 5 o
-    ("add", ["x", 5], ["act"], "ew"),             # 6 x1
-    ("layernorm", [6], ["act"], "ew"),            # 7 h2
-    ("mm", [7, "w1"], ["mlp"], "mm_mlp"),         # 8 u
-    ("gelu", [8], ["mlp"], "ew_mlp"),             # 9 a
-    ("mm", [9, "w2"], ["act"], "mm_mlp"),         # 10 d
-    ("add", [6, 10], ["act"], "ew"),              # 11 y: the next layer's x
+    ("layernorm", ["x"], ["act"], "ew"),  # 0 h1
+    ("mm", [0, "wqkv"], ["qkv"], "mm_qkv"),  # 1 qkv
+    ("scores", [1], ["att"], "mm_att"),  # 2 s
+    ("softmax", [2], ["att"], "ew_att"),  # 3 p
+    ("attend", [3, 1], ["act"], "mm_att"),  # 4 c
+    ("mm", [4, "wo"], ["act"], "mm_o"),  # 5 o
+    ("add", ["x", 5], ["act"], "ew"),  # 6 x1
+    ("layernorm", [6], ["act"], "ew"),  # 7 h2
+    ("mm", [7, "w1"], ["mlp"], "mm_mlp"),  # 8 u
+    ("gelu", [8], ["mlp"], "ew_mlp"),  # 9 a
+    ("mm", [9, "w2"], ["act"], "mm_mlp"),  # 10 d
+    ("add", [6, 10], ["act"], "ew"),  # 11 y: the next layer's x
 ]
 _BACKWARD = [  # "g": the gradient of the layer output y
-    ("mm_bw", ["g", "f9", "w2"], ["mlp", "w2"], "mm_mlp2"),      # 0 ga, 1 gW2
-    ("gelu_bw", [0, "f8"], ["mlp"], "ew_mlp"),                   # 2 gu
-    ("mm_bw", [2, "f7", "w1"], ["act", "w1"], "mm_mlp2"),        # 3 gh2, 4 gW1
-    ("layernorm_bw", [3, "f6", "g"], ["act"], "ew"),             # 5 gx1 (+ residual)
-    ("mm_bw", [5, "f4", "wo"], ["act", "wo"], "mm_o2"),          # 6 gc, 7 gWo
-    ("attend_bw", [6, "f3", "f1"], ["att", "qkv"], "mm_att2"),   # 8 gp, 9 gqkv'
-    ("softmax_bw", [8, "f3"], ["att"], "ew_att"),                # 10 gs
-    ("scores_bw", [10, "f1", 9], ["qkv"], "mm_att2"),            # 11 gqkv
-    ("mm_bw", [11, "f0", "wqkv"], ["act", "wqkv"], "mm_qkv2"),   # 12 gh1, 13 gWqkv
-    ("layernorm_bw", [12, "x", 5], ["act"], "ew"),               # 14 gx: the g of layer - 1
+    ("mm_bw", ["g", "f9", "w2"], ["mlp", "w2"], "mm_mlp2"),  # 0 ga, 1 gW2
+    ("gelu_bw", [0, "f8"], ["mlp"], "ew_mlp"),  # 2 gu
+    ("mm_bw", [2, "f7", "w1"], ["act", "w1"], "mm_mlp2"),  # 3 gh2, 4 gW1
+    ("layernorm_bw", [3, "f6", "g"], ["act"], "ew"),  # 5 gx1 (+ residual)
+    ("mm_bw", [5, "f4", "wo"], ["act", "wo"], "mm_o2"),  # 6 gc, 7 gWo
+    ("attend_bw", [6, "f3", "f1"], ["att", "qkv"], "mm_att2"),  # 8 gp, 9 gqkv'
+    ("softmax_bw", [8, "f3"], ["att"], "ew_att"),  # 10 gs
+    ("scores_bw", [10, "f1", 9], ["qkv"], "mm_att2"),  # 11 gqkv
+    ("mm_bw", [11, "f0", "wqkv"], ["act", "wqkv"], "mm_qkv2"),  # 12 gh1, 13 gWqkv
+    ("layernorm_bw", [12, "x", 5], ["act"], "ew"),  # 14 gx: the g of layer - 1
 ]
 _WEIGHT_GRADS = (1, 4, 7, 13)
 
@@ -284,13 +341,26 @@ def transformer(
     _positive(layers=layers, batch=batch, seq=seq, d_model=d_model, heads=heads)
     b, s, d = batch, seq, d_model
     act = 4 * b * s * d
-    sizes = {"act": act, "qkv": 3 * act, "mlp": 4 * act, "att": 4 * b * heads * s * s,
-             "wqkv": 12 * d * d, "wo": 4 * d * d, "w1": 16 * d * d, "w2": 16 * d * d}
+    sizes = {
+        "act": act,
+        "qkv": 3 * act,
+        "mlp": 4 * act,
+        "att": 4 * b * heads * s * s,
+        "wqkv": 12 * d * d,
+        "wo": 4 * d * d,
+        "w1": 16 * d * d,
+        "w2": 16 * d * d,
+    }
     mm = lambda flops: flops / flops_per_ns
-    costs = {"ew": act / bytes_per_ns, "ew_att": sizes["att"] / bytes_per_ns,
-             "ew_mlp": sizes["mlp"] / bytes_per_ns, "mm_qkv": mm(6 * b * s * d * d),
-             "mm_att": mm(2 * b * s * s * d), "mm_o": mm(2 * b * s * d * d),
-             "mm_mlp": mm(8 * b * s * d * d)}
+    costs = {
+        "ew": act / bytes_per_ns,
+        "ew_att": sizes["att"] / bytes_per_ns,
+        "ew_mlp": sizes["mlp"] / bytes_per_ns,
+        "mm_qkv": mm(6 * b * s * d * d),
+        "mm_att": mm(2 * b * s * s * d),
+        "mm_o": mm(2 * b * s * d * d),
+        "mm_mlp": mm(8 * b * s * d * d),
+    }
     costs.update({k + "2": 2 * v for k, v in costs.items() if k.startswith("mm")})
     ops = _Ops()
     L = layers
@@ -299,24 +369,41 @@ def transformer(
     fwd_base = ops.num_tensors + 12 * np.arange(L, dtype=np.int64)
     x = np.concatenate([[x0], fwd_base[:-1] + 11])
     f = _tile(ops, _FORWARD, L, {"x": x, **w}, sizes, costs)
-    (g_top,) = ops.add("loss_bw", costs["ew"], np.ones(1, np.int64), f[-1, 11:],
-                       np.ones(1, np.int64), np.full(1, act))
+    (g_top,) = ops.add(
+        "loss_bw",
+        costs["ew"],
+        np.ones(1, np.int64),
+        f[-1, 11:],
+        np.ones(1, np.int64),
+        np.full(1, act),
+    )
     rev = np.arange(L - 1, -1, -1)  # backward blocks run from the last layer down
     bwd_base = ops.num_tensors + 15 * np.arange(L, dtype=np.int64)
-    ext = {"g": np.concatenate([[g_top], bwd_base[:-1] + 14]), "x": x[rev],
-           **{n: v[rev] for n, v in w.items()}, **{f"f{k}": f[rev, k] for k in range(12)}}
+    ext = {
+        "g": np.concatenate([[g_top], bwd_base[:-1] + 14]),
+        "x": x[rev],
+        **{n: v[rev] for n, v in w.items()},
+        **{f"f{k}": f[rev, k] for k in range(12)},
+    }
     bw = _tile(ops, _BACKWARD, L, ext, sizes, costs)
     outputs = np.concatenate([bw[:, list(_WEIGHT_GRADS)].ravel(), bw[-1, 14:]])
-    meta = {"name": f"transformer(layers={L}, batch={b}, seq={s}, d_model={d}, heads={heads})",
-            "generator": "transformer", "layers": L, "resident": None}
+    meta = {
+        "name": f"transformer(layers={L}, batch={b}, seq={s}, d_model={d}, heads={heads})",
+        "generator": "transformer",
+        "layers": L,
+        "resident": None,
+    }
     return _finish(ops, outputs, meta)
 
 
 def by_name(name: str, **kwargs) -> Trace:
     """A generator by name (``chain``, ``random_dag``, ``branching``, ``transformer``)."""
-    gens = {"chain": chain, "random_dag": random_dag, "branching": branching,
-            "transformer": transformer}
+    gens = {
+        "chain": chain,
+        "random_dag": random_dag,
+        "branching": branching,
+        "transformer": transformer,
+    }
     if name not in gens:
         raise ValueError(f"unknown generator {name!r}; expected one of {sorted(gens)}")
     return gens[name](**kwargs)
-

@@ -51,8 +51,9 @@ class EngineCalls:
             self.log.append((LOG_NEW, s, o, now))
         else:
             slot = self.slot
-            v = self.e.new(cost, self.p.st_size[s], now,
-                           [slot[q] for q in self.p.op_new_parents[o]])
+            v = self.e.new(
+                cost, self.p.st_size[s], now, [slot[q] for q in self.p.op_new_parents[o]]
+            )
             slot[s] = v
             self.sid_of_slot[v] = s
 
@@ -136,7 +137,7 @@ def held_storages(stack: list, sid: list) -> list[int]:
     multiplicity: each frame's inputs but its missing ones not yet computed (rule 2)."""
     held = []
     for frame in stack:  # [tensor, remat flag, inputs, missing inputs, next missing index]
-        pending = frame[3][frame[4]:]
+        pending = frame[3][frame[4] :]
         for q in frame[2]:
             if q in pending:
                 pending.remove(q)

@@ -65,8 +65,9 @@ def plot_sweeps(
                 if not r.ok:
                     ax.plot([r.ratio], [min(r.overhead, 2.0)], color=color, marker="x", ms=7)
             if reference and h in reference.get(name, {}):
-                ref_ok = sorted((p["ratio"], p["overhead"]) for p in reference[name][h]
-                                if p["status"] == "ok")
+                ref_ok = sorted(
+                    (p["ratio"], p["overhead"]) for p in reference[name][h] if p["status"] == "ok"
+                )
                 if ref_ok:
                     (rl,) = ax.plot(*zip(*ref_ok), color=color, ls="--", lw=0.9, alpha=0.7)
                     handles.setdefault("reference (dashed)", rl)
@@ -75,11 +76,16 @@ def plot_sweeps(
         ax.set_xlabel("memory budget / baseline peak")
         ax.set_ylabel("compute overhead (x)")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="lower center",
-                   ncol=min(8, len(handles)), frameon=False)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="lower center",
+            ncol=min(8, len(handles)),
+            frameon=False,
+        )
     fig.suptitle(title or "Overhead against memory budget (shaded: constants, largest op)")
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     fig.savefig(path, dpi=110)

@@ -102,17 +102,31 @@ def replay_program(
     finally:
         if collecting:
             gc.enable()
-    return RunStats(status=status, clock=run.clock, peak_bytes=run.peak,
-                    evictions=run.evictions, eager_evictions=run.eager, remats=run.remats,
-                    remat_compute=run.remat_compute, selections=run.selections,
-                    wall_s=time.perf_counter() - t0)
+    return RunStats(
+        status=status,
+        clock=run.clock,
+        peak_bytes=run.peak,
+        evictions=run.evictions,
+        eager_evictions=run.eager,
+        remats=run.remats,
+        remat_compute=run.remat_compute,
+        selections=run.selections,
+        wall_s=time.perf_counter() - t0,
+    )
 
 
 class _Run(EngineCalls):
     """Mutable state of one replay; tensors and storages are the program's dense ids."""
 
-    def __init__(self, prog: Program, engine, budget: int, remat_limit: float,
-                 pool: PoolOrder | None, lazy: bool) -> None:
+    def __init__(
+        self,
+        prog: Program,
+        engine,
+        budget: int,
+        remat_limit: float,
+        pool: PoolOrder | None,
+        lazy: bool,
+    ) -> None:
         self.p = prog
         self.e = engine
         self.budget = budget
@@ -143,7 +157,7 @@ class _Run(EngineCalls):
         for i in range(0, len(kinds), _BLOCK):
             if on_event is not None:
                 on_event(i)
-            for k, a in zip(kinds[i:i + _BLOCK], args[i:i + _BLOCK]):
+            for k, a in zip(kinds[i : i + _BLOCK], args[i : i + _BLOCK]):
                 if k == KIND_RELEASE:
                     s = sid[a]
                     r = refs[s] = refs[s] - 1
@@ -277,8 +291,11 @@ class _Run(EngineCalls):
             for q in ins:
                 s = sid[q]
                 self._unlock(s)
-                if self.pool is not None and not self.e.lock_count(self.slot[s]) \
-                        and not self.pinned[s]:
+                if (
+                    self.pool is not None
+                    and not self.e.lock_count(self.slot[s])
+                    and not self.pinned[s]
+                ):
                     self.pool.stamp(self.slot[s])
             stack.pop()
             if stack:  # the parent frame's missing input is now defined: lock it

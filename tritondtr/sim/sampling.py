@@ -45,8 +45,14 @@ class SampledEngine(Engine):
     size (default ``math.sqrt``); ``sample_seed`` seeds the draws.
     """
 
-    def __init__(self, heuristic="dtr_eq", *, fraction: Callable[[int], float] = math.sqrt,
-                 sample_seed: int = 0, **kwargs) -> None:
+    def __init__(
+        self,
+        heuristic="dtr_eq",
+        *,
+        fraction: Callable[[int], float] = math.sqrt,
+        sample_seed: int = 0,
+        **kwargs,
+    ) -> None:
         kwargs.setdefault("device", "cpu")
         super().__init__(heuristic, **kwargs)
         self.fraction = fraction
@@ -64,7 +70,6 @@ class SampledEngine(Engine):
         if k < cand.size:
             cand = np.sort(self.rng.choice(cand, size=k, replace=False))
         self.sampled += cand.size
-        cols = {name: torch.from_numpy(getattr(t, "host_" + name)[cand])
-                for name in t.COLUMNS}
+        cols = {name: torch.from_numpy(getattr(t, "host_" + name)[cand]) for name in t.COLUMNS}
         best = policy.select(self.heuristic, cols, now, k=1, backend="torch", seed=self.seed)
         return int(cand[int(best[0])])

@@ -54,8 +54,9 @@ class SimResult:
         return asdict(self)
 
 
-def make_engine(heuristic: str, *, backend: str = "auto", device=None, seed: int = 0,
-                capacity: int = 1024):
+def make_engine(
+    heuristic: str, *, backend: str = "auto", device=None, seed: int = 0, capacity: int = 1024
+):
     """A fresh :class:`tritondtr.engine.Engine` for one run."""
     from ..engine import Engine
 
@@ -86,14 +87,21 @@ def simulate(
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
     if not overhead_limit >= 1.0:
-        raise ValueError(f"overhead_limit must be >= 1.0 (a multiple of the baseline compute), "
-                         f"got {overhead_limit!r}")
+        raise ValueError(
+            f"overhead_limit must be >= 1.0 (a multiple of the baseline compute), "
+            f"got {overhead_limit!r}"
+        )
     base = baseline(trace)
     nbytes = base.budget(ratio) if ratio is not None else parse_bytes(budget)
     prog = compile_trace(trace)
     if engine_factory is None:
-        engine = make_engine(heuristic, backend=backend, device=device, seed=seed,
-                             capacity=max(1024, prog.num_storages))
+        engine = make_engine(
+            heuristic,
+            backend=backend,
+            device=device,
+            seed=seed,
+            capacity=max(1024, prog.num_storages),
+        )
     else:
         engine = engine_factory(heuristic)
     limit = base.compute * (overhead_limit - 1.0)

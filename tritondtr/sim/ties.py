@@ -47,14 +47,20 @@ class PoolOrder:
         cand = np.flatnonzero(table.host_state == RESIDENT_EVICTABLE)
         if cand.size == 0:
             return None
-        scores = table.score(engine.heuristic, int(now), backend=engine.backend,
-                             seed=engine.seed).cpu().numpy()[cand]
+        scores = (
+            table.score(engine.heuristic, int(now), backend=engine.backend, seed=engine.seed)
+            .cpu()
+            .numpy()[cand]
+        )
         if scores.dtype.kind == "f":
             scores = np.where(np.isnan(scores), np.inf, scores)
         best = scores.min()
         tied = cand[scores == best]
-        stamps = self.stamps[tied] if tied.max() < self.stamps.shape[0] else \
-            np.array([self.stamps[s] if s < self.stamps.shape[0] else 0 for s in tied])
+        stamps = (
+            self.stamps[tied]
+            if tied.max() < self.stamps.shape[0]
+            else np.array([self.stamps[s] if s < self.stamps.shape[0] else 0 for s in tied])
+        )
         if scores.dtype.kind == "f" and best == 0:
             return int(tied[np.argmin(stamps)])
         return int(tied[np.argmax(stamps)])

@@ -96,8 +96,10 @@ class TraceBuilder:
             self._tensor(t, f"call {name!r}")
         for a in aliases:
             if not (-1 <= a < len(inputs)):
-                raise TraceError(f"call {name!r}: alias {a} is not -1 or an input position "
-                                 f"(0..{len(inputs) - 1})")
+                raise TraceError(
+                    f"call {name!r}: alias {a} is not -1 or an input position "
+                    f"(0..{len(inputs) - 1})"
+                )
         return self._op(EventKind.CALL, name, inputs, sizes, aliases, cost)
 
     def retain(self, tensor: int) -> None:

@@ -32,8 +32,17 @@ from .trace import Trace, TraceError
 
 __all__ = ["is_dtr_log_line", "read_dtr_log"]
 
-_INSTRUCTIONS = {"CONSTANT", "MEMORY", "CALL", "ALIAS", "MUTATE", "COPY", "COPY_FROM",
-                 "RELEASE", "ANNOTATE"}
+_INSTRUCTIONS = {
+    "CONSTANT",
+    "MEMORY",
+    "CALL",
+    "ALIAS",
+    "MUTATE",
+    "COPY",
+    "COPY_FROM",
+    "RELEASE",
+    "ANNOTATE",
+}
 
 
 def is_dtr_log_line(line: str) -> bool:
@@ -107,14 +116,25 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
         if not isinstance(rec, dict) or "INSTRUCTION" not in rec:
             raise TraceError(f"{source}:{lineno}: expected a JSON object with an INSTRUCTION")
         if rec["INSTRUCTION"] not in _INSTRUCTIONS:
-            raise TraceError(f"{source}:{lineno}: unknown instruction {rec['INSTRUCTION']!r}; "
-                             f"expected one of {sorted(_INSTRUCTIONS)}")
+            raise TraceError(
+                f"{source}:{lineno}: unknown instruction {rec['INSTRUCTION']!r}; "
+                f"expected one of {sorted(_INSTRUCTIONS)}"
+            )
         records.append((lineno, rec))
-    starts = [i for i, (_, r) in enumerate(records)
-              if r["INSTRUCTION"] == "ANNOTATE" and r.get("ANNOTATION") == "START"]
-    lines_ = _Lines(records[starts[-1] + 1:] if starts else records, source)
-    b = TraceBuilder(meta={"source": source, "format": "dtr-prototype log", "cost_unit": "ns",
-                           "first_line": lines_.records[0][0] if lines_.records else None})
+    starts = [
+        i
+        for i, (_, r) in enumerate(records)
+        if r["INSTRUCTION"] == "ANNOTATE" and r.get("ANNOTATION") == "START"
+    ]
+    lines_ = _Lines(records[starts[-1] + 1 :] if starts else records, source)
+    b = TraceBuilder(
+        meta={
+            "source": source,
+            "format": "dtr-prototype log",
+            "cost_unit": "ns",
+            "first_line": lines_.records[0][0] if lines_.records else None,
+        }
+    )
     names: dict[str, int] = {}  # name -> tensor id, in first-binding order (rule 6)
 
     def lookup(n: int, name: str, what: str) -> int:
@@ -145,12 +165,14 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
                 a, ali = lines_.next("ALIAS", f"result {r!r}", n)
                 for k, x in ((m, mem), (a, ali)):
                     if _field(lines_, k, x, "NAME") != r:
-                        raise lines_.error(k, f"{x['INSTRUCTION']} names {x['NAME']!r}, "
-                                              f"expected result {r!r}")
+                        raise lines_.error(
+                            k, f"{x['INSTRUCTION']} names {x['NAME']!r}, expected result {r!r}"
+                        )
                 alias = _number(lines_, a, ali, "ALIAS", integer=True)
                 if alias >= len(args):
-                    raise lines_.error(a, f"ALIAS {alias} of {r!r}: CALL {op} has only "
-                                          f"{len(args)} arguments")
+                    raise lines_.error(
+                        a, f"ALIAS {alias} of {r!r}: CALL {op} has only {len(args)} arguments"
+                    )
                 sizes.append(_number(lines_, m, mem, "MEMORY", integer=True))
                 aliases.append(alias)
             if not results:
@@ -165,11 +187,13 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
             try:
                 mutated = [int(i) for i in raw]
             except (TypeError, ValueError):
-                raise lines_.error(n, f"field 'MUTATE' must list argument indices, got {raw!r}") \
-                    from None
+                raise lines_.error(
+                    n, f"field 'MUTATE' must list argument indices, got {raw!r}"
+                ) from None
             if not mutated or any(not 0 <= i < len(args) for i in mutated):
-                raise lines_.error(n, f"MUTATE indices {raw!r} must be argument positions "
-                                      f"0..{len(args) - 1}")
+                raise lines_.error(
+                    n, f"MUTATE indices {raw!r} must be argument positions 0..{len(args) - 1}"
+                )
             cost = _number(lines_, n, rec, "TIME", integer=False)
             sizes = [b.storage_size(args[i]) for i in mutated]
             outs = b.call(op, args, sizes, cost)

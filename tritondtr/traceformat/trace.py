@@ -143,8 +143,10 @@ class Trace:
 
     def __repr__(self) -> str:
         s = self.summary()
-        return (f"Trace(events={s['events']}, ops={s['ops']}, tensors={s['tensors']}, "
-                f"constants={s['constants']}, meta={json.dumps(self.meta)[:80]})")
+        return (
+            f"Trace(events={s['events']}, ops={s['ops']}, tensors={s['tensors']}, "
+            f"constants={s['constants']}, meta={json.dumps(self.meta)[:80]})"
+        )
 
     # ------------------------------------------------------------- validation
     def validate(self) -> Trace:
@@ -155,34 +157,56 @@ class Trace:
         """
         n_ev, n_ops, n_t = self.num_events, self.num_ops, self.num_tensors
         _check(self.arg.shape == (n_ev,), f"kind has {n_ev} entries, arg {self.arg.shape[0]}")
-        _check(self.op_name.shape == (n_ops,),
-               f"op_cost has {n_ops} entries, op_name {len(self.op_name)}")
-        _check(self.in_ptr.shape == (n_ops + 1,) and self.out_ptr.shape == (n_ops + 1,),
-               f"in_ptr and out_ptr must have {n_ops + 1} entries (ops + 1)")
+        _check(
+            self.op_name.shape == (n_ops,),
+            f"op_cost has {n_ops} entries, op_name {len(self.op_name)}",
+        )
+        _check(
+            self.in_ptr.shape == (n_ops + 1,) and self.out_ptr.shape == (n_ops + 1,),
+            f"in_ptr and out_ptr must have {n_ops + 1} entries (ops + 1)",
+        )
         _check(self.alias.shape == (n_t,), f"size has {n_t} entries, alias {len(self.alias)}")
-        for name, ptr, n in (("in_ptr", self.in_ptr, self.inputs.shape[0]),
-                             ("out_ptr", self.out_ptr, n_t)):
-            _check(ptr[0] == 0 and ptr[-1] == n and (np.diff(ptr) >= 0).all(),
-                   f"{name} must rise from 0 to {n}")
+        for name, ptr, n in (
+            ("in_ptr", self.in_ptr, self.inputs.shape[0]),
+            ("out_ptr", self.out_ptr, n_t),
+        ):
+            _check(
+                ptr[0] == 0 and ptr[-1] == n and (np.diff(ptr) >= 0).all(),
+                f"{name} must rise from 0 to {n}",
+            )
         bad = np.flatnonzero((self.kind < 0) | (self.kind > max(EventKind)))
         _check(bad.size == 0, lambda: f"event {bad[0]}: unknown kind {self.kind[bad[0]]}")
         bad = np.flatnonzero(~np.isfinite(self.op_cost) | (self.op_cost < 0))
-        _check(bad.size == 0, lambda: f"op {bad[0]}: cost {self.op_cost[bad[0]]} is not a "
-                                      "finite number >= 0")
-        _check(not self.names or (self.op_name.size == 0 or (
-            self.op_name.min() >= 0 and self.op_name.max() < len(self.names))),
-            f"op_name must index names (0..{len(self.names) - 1})")
+        _check(
+            bad.size == 0,
+            lambda: f"op {bad[0]}: cost {self.op_cost[bad[0]]} is not a finite number >= 0",
+        )
+        _check(
+            not self.names
+            or (
+                self.op_name.size == 0
+                or (self.op_name.min() >= 0 and self.op_name.max() < len(self.names))
+            ),
+            f"op_name must index names (0..{len(self.names) - 1})",
+        )
         bad = np.flatnonzero(self.size < 0)
         _check(bad.size == 0, lambda: f"tensor {bad[0]}: negative size {self.size[bad[0]]}")
         # Rule 5: ops in id order, each once.
         is_op = np.isin(self.kind, _OP_KINDS)
         op_args = self.arg[is_op]
         if op_args.size != n_ops:
-            raise TraceError(f"the trace has {n_ops} ops but {op_args.size} CALL/CONSTANT events; "
-                             "each op must be issued exactly once")
+            raise TraceError(
+                f"the trace has {n_ops} ops but {op_args.size} CALL/CONSTANT events; "
+                "each op must be issued exactly once"
+            )
         bad = np.flatnonzero(op_args != np.arange(n_ops))
-        _check(bad.size == 0, lambda: f"ops must be issued in id order: op event {bad[0]} "
-               f"issues op {op_args[bad[0]]}, expected op {bad[0]}")
+        _check(
+            bad.size == 0,
+            lambda: (
+                f"ops must be issued in id order: op event {bad[0]} "
+                f"issues op {op_args[bad[0]]}, expected op {bad[0]}"
+            ),
+        )
         n_in = np.diff(self.in_ptr)
         n_out = np.diff(self.out_ptr)
         op_of_tensor = self.op_of_tensor()
@@ -191,20 +215,37 @@ class Trace:
             ok = (self.inputs >= 0) & (self.inputs < n_t)
             ok[ok] = op_of_tensor[self.inputs[ok]] < owner[ok]
             bad = np.flatnonzero(~ok)
-            _check(bad.size == 0, lambda: f"op {owner[bad[0]]}: input tensor "
-                   f"{self.inputs[bad[0]]} is not an output of an earlier op")
+            _check(
+                bad.size == 0,
+                lambda: (
+                    f"op {owner[bad[0]]}: input tensor "
+                    f"{self.inputs[bad[0]]} is not an output of an earlier op"
+                ),
+            )
         # Rule 2: aliases point at an input; views allocate nothing.
         bad = np.flatnonzero((self.alias < -1) | (self.alias >= n_in[op_of_tensor]))
-        _check(bad.size == 0, lambda: f"tensor {bad[0]} (op {op_of_tensor[bad[0]]}): alias "
-               f"{self.alias[bad[0]]} is not -1 or an input position of its op")
+        _check(
+            bad.size == 0,
+            lambda: (
+                f"tensor {bad[0]} (op {op_of_tensor[bad[0]]}): alias "
+                f"{self.alias[bad[0]]} is not -1 or an input position of its op"
+            ),
+        )
         bad = np.flatnonzero((self.alias >= 0) & (self.size != 0))
-        _check(bad.size == 0, lambda: f"tensor {bad[0]}: a view (alias "
-               f"{self.alias[bad[0]]}) must have size 0, got {self.size[bad[0]]}")
+        _check(
+            bad.size == 0,
+            lambda: (
+                f"tensor {bad[0]}: a view (alias "
+                f"{self.alias[bad[0]]}) must have size 0, got {self.size[bad[0]]}"
+            ),
+        )
         # Rule 3: constants.
         const = self.arg[self.kind == EventKind.CONSTANT]
         bad = const[(n_in[const] != 0) | (n_out[const] != 1)]
-        _check(bad.size == 0, lambda: f"op {bad[0]}: a constant must have no inputs and "
-               "exactly one output")
+        _check(
+            bad.size == 0,
+            lambda: f"op {bad[0]}: a constant must have no inputs and exactly one output",
+        )
         if const.size:
             bad = const[self.alias[self.out_ptr[const]] != -1]
             _check(bad.size == 0, lambda: f"op {bad[0]}: a constant cannot be a view")
@@ -215,11 +256,18 @@ class Trace:
         ok = (targ >= 0) & (targ < n_t)
         ok[ok] = op_of_tensor[targ[ok]] < ops_before[is_t][ok]
         bad = np.flatnonzero(is_t)[~ok]
-        _check(bad.size == 0, lambda: f"event {bad[0]} ({EventKind(self.kind[bad[0]]).name}): "
-               f"tensor {self.arg[bad[0]]} does not exist yet")
+        _check(
+            bad.size == 0,
+            lambda: (
+                f"event {bad[0]} ({EventKind(self.kind[bad[0]]).name}): "
+                f"tensor {self.arg[bad[0]]} does not exist yet"
+            ),
+        )
         ann = self.arg[self.kind == EventKind.ANNOTATE]
-        _check(ann.size == 0 or (ann.min() >= 0 and ann.max() < len(self.annotations)),
-               "an ANNOTATE event indexes past the annotations list")
+        _check(
+            ann.size == 0 or (ann.min() >= 0 and ann.max() < len(self.annotations)),
+            "an ANNOTATE event indexes past the annotations list",
+        )
         return self
 
 

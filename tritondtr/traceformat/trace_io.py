@@ -59,7 +59,7 @@ def detect_format(data: bytes) -> str:
         return "dtr-log"
     raise TraceError(
         "unrecognised trace: expected a tritondtr .npz, a JSON lines trace whose first line "
-        f"has \"format\": \"{FORMAT_NAME}\", or a DTR prototype log; first line: "
+        f'has "format": "{FORMAT_NAME}", or a DTR prototype log; first line: '
         f"{first[:120]!r}"
     )
 
@@ -115,8 +115,10 @@ def _check_header(header, source: str) -> None:
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise TraceError(f"{source}: header is not a {FORMAT_NAME} header: {header!r}")
     if int(header.get("version", 0)) > FORMAT_VERSION:
-        raise TraceError(f"{source}: trace format version {header['version']} is newer than "
-                         f"this tritondtr reads ({FORMAT_VERSION}); upgrade tritondtr")
+        raise TraceError(
+            f"{source}: trace format version {header['version']} is newer than "
+            f"this tritondtr reads ({FORMAT_VERSION}); upgrade tritondtr"
+        )
 
 
 def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
@@ -145,8 +147,9 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
                 outs = rec["out"] if ev == "call" else [rec["out"]]
                 for o in outs:
                     if not isinstance(o, int) or o < 0 or o in ids:
-                        raise TraceError(f"{source}:{n}: output id {o!r} must be a new "
-                                         "non-negative integer")
+                        raise TraceError(
+                            f"{source}:{n}: output id {o!r} must be a new non-negative integer"
+                        )
                 if ev == "constant":
                     new = [b.constant(rec["size"], name=rec.get("name", "constant"))]
                 else:
@@ -158,8 +161,10 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
             elif ev == "annotate":
                 b.annotate(rec["text"])
             else:
-                raise TraceError(f"{source}:{n}: unknown event {ev!r}; expected one of "
-                                 f"{sorted(_EVENT_NAMES.values())}")
+                raise TraceError(
+                    f"{source}:{n}: unknown event {ev!r}; expected one of "
+                    f"{sorted(_EVENT_NAMES.values())}"
+                )
         except KeyError as e:
             raise TraceError(f"{source}:{n}: event lacks the field {e.args[0]!r}") from None
         except TraceError as e:
@@ -185,8 +190,10 @@ def save_trace(trace: Trace, path: str | os.PathLike, *, compress: bool = True) 
     elif base.endswith((".jsonl", ".json")):
         data = "".join(_jsonl_lines(trace)).encode("utf-8")
     else:
-        raise ValueError(f"cannot tell the trace form from {name!r}: use a .npz or .jsonl "
-                         "suffix, optionally followed by .gz")
+        raise ValueError(
+            f"cannot tell the trace form from {name!r}: use a .npz or .jsonl "
+            "suffix, optionally followed by .gz"
+        )
     if gz:
         data = gzip.compress(data, compresslevel=6)
     path.write_bytes(data)
@@ -207,8 +214,7 @@ def _npz_bytes(trace: Trace, compress: bool) -> bytes:
 
 
 def _jsonl_lines(trace: Trace) -> Iterator[str]:
-    yield json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                      "meta": trace.meta}) + "\n"
+    yield json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": trace.meta}) + "\n"
     kind, arg = trace.kind.tolist(), trace.arg.tolist()
     in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
     out_ptr, size, alias = trace.out_ptr.tolist(), trace.size.tolist(), trace.alias.tolist()
@@ -220,9 +226,15 @@ def _jsonl_lines(trace: Trace) -> Iterator[str]:
             rec = {"ev": "constant", "out": t, "size": size[t], "name": names[name[a]]}
         elif k == EventKind.CALL:
             lo, hi = out_ptr[a], out_ptr[a + 1]
-            rec = {"ev": "call", "name": names[name[a]], "in": inputs[in_ptr[a]:in_ptr[a + 1]],
-                   "out": list(range(lo, hi)), "size": size[lo:hi], "alias": alias[lo:hi],
-                   "cost": cost[a]}
+            rec = {
+                "ev": "call",
+                "name": names[name[a]],
+                "in": inputs[in_ptr[a] : in_ptr[a + 1]],
+                "out": list(range(lo, hi)),
+                "size": size[lo:hi],
+                "alias": alias[lo:hi],
+                "cost": cost[a],
+            }
         elif k == EventKind.ANNOTATE:
             rec = {"ev": "annotate", "text": trace.annotations[a]}
         else:
