@@ -52,6 +52,13 @@ def test_trace_format_imports_neither_runtime_nor_simulator(path):
     assert not {n for n in imports(path) if n.startswith(("tritondtr.runtime", "tritondtr.sim"))}
 
 
+@pytest.mark.parametrize("path", files("tritondtr", "core"), ids=lambda p: p.name)
+def test_dtr_core_imports_neither_runtime_nor_simulator(path):
+    """The DTR core is driven by both: it knows neither (STYLE.md, shape of the house)."""
+    bad = {n for n in imports(path) if n.startswith(("tritondtr.runtime", "tritondtr.sim"))}
+    assert not bad
+
+
 CORE = [
     "table.py",
     "policy.py",

@@ -484,10 +484,10 @@ def test_engine_deferred_until_the_budget_binds():
         return sum(t.sum() for t in b[::3]) + v.exp().sum()
 
     s = compare(fn, x, budget=1 << 30, debug=True)
-    assert s.pool.engine is None and s.stats.evictions == 0
+    assert s.core.engine is None and s.stats.evictions == 0
     peak = s.stats.peak_bytes
     s = compare(fn, x, budget=peak // 2, debug=True)
-    assert s.pool.engine is not None and s.stats.evictions > 0
+    assert s.core.engine is not None and s.stats.evictions > 0
     assert s.stats.rematerializations > 0
 
 

@@ -204,7 +204,7 @@ class Engine:
     def remat(self, slot: int, now: int | None) -> None:
         """An evicted ``slot`` was recomputed: resident again, last_access = now. ``None``
         keeps the last access it had (a recomputation the program did not ask for; NOTE
-        [ A recomputation is not a use ] in runtime/remat.py)."""
+        [ A recomputation is not a use ] in core/remat.py)."""
         self._live(slot, "remat")
         if self._st[slot] != EVICTED:
             raise ValueError(f"remat: slot {slot} is resident, not evicted; nothing to redo")

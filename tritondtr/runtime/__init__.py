@@ -1,9 +1,11 @@
 """The runtime: ``with tritondtr.enable(budget=...)`` around unmodified eager PyTorch code.
 
 Layers, top down: :mod:`.api` (``enable``) -> :mod:`.session` (the dispatch mode and the
-wrapper tensors of :mod:`.tensor`) -> :mod:`.pool` (residency, budget, eviction;
-rematerialization in :mod:`.remat`) -> :class:`tritondtr.engine.Engine` (metadata table
-and victim choice). Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.recipe`.
+wrapper tensors of :mod:`.tensor`; outputs in :mod:`.outputs`, plain values in
+:mod:`.boundary`) -> :class:`tritondtr.core.Core` (every DTR decision: residency, budget,
+eviction, rematerialization plan) -> :class:`tritondtr.engine.Engine` (metadata table and
+victim choice). The session is the core's executor: it runs the recomputations the core asks
+for. Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.recipe`.
 """
 
 from .api import enable

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..residency import EXTERNAL, RESIDENT
 from .recipe import Storage, derive
 from .semantics import ONE
 from .tensor import DTRTensor
@@ -29,24 +30,24 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
     """The plain value of ``t`` (recomputed if evicted). ``escape``: hand the buffer out
     (NOTE [ Escaping tensors ] rule 2), required whenever the plain tensor may outlive
     the call or be written."""
-    pool = session.pool
+    core = session.core
     with _disable_current_modes():
         cell = t._cell
         s = cell.storage
-        if s.slot < 0:
+        if s.recipe is None:
             return derive(s.buf, t._view)
-        pool.depth += 1
+        session.depth += 1
         try:
+            if s.buf is None:
+                core.materialize(s.sid)
+                core.unlock(s.sid)
             buf = s.buf
-            if buf is None:
-                buf = pool.materialize(s)
-                pool.unlock(s)
             if escape:
-                cell.storage = Storage(buf, s.nbytes, -1, None, -1, pool)
-                pool.hand_out(s)
+                cell.storage = Storage(buf, s.nbytes, -1, None, -1, session)
+                core.hand_out(s.sid)
             return derive(buf, t._view)
         finally:
-            pool.depth -= 1
+            session.depth -= 1
 
 
 def writes_leaf(session, info, args, kwargs) -> bool:
@@ -63,24 +64,17 @@ def writes_leaf(session, info, args, kwargs) -> bool:
 
 def freeze(session) -> None:
     """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds."""
-    pool = session.pool
-    if pool.device is None:
+    core = session.core
+    if core.device is None:
         return
-    pool.drain()
-    held = [s for s in pool.live() if s.held]
+    session.drain()
     with _disable_current_modes():
-        for s in held:
-            if s.slot < 0:
-                continue
-            pool.depth += 1
-            try:
-                if s.buf is None:
-                    pool.materialize(s)
-                    pool.unlock(s)
-                pool.externalize(s)
-            finally:
-                pool.depth -= 1
-    pool.frozen_at = pool.now
+        session.depth += 1
+        try:
+            core.freeze()
+        finally:
+            session.depth -= 1
+    session.frozen_at = core.now
 
 
 def call_plain(info, args, kwargs):
@@ -106,31 +100,27 @@ def call_plain(info, args, kwargs):
 
 
 def check_invariants(session) -> None:
-    """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
-    pool = session.pool
-    if pool.device is None:
+    """Raise AssertionError if the session's storages disagree with its core (debug mode)."""
+    core = session.core
+    if core.device is None:
         return
-    total = 0
-    if pool.lazy:  # NOTE [ Lazy engine ]: no engine yet; held storages are all resident
-        for s in pool.live():
-            assert s.buf is not None or not s.held, f"lazy id {s.slot}: held, not resident"
-            total += s.nbytes if s.buf is not None else 0
-    else:
-        pool.engine.check_invariants()
-        for s in pool.live():
-            res = pool.engine.is_resident(s.slot)
-            assert res == (s.buf is not None), f"slot {s.slot}: buffer vs engine residency"
-            if res:
-                total += s.nbytes
-                if pool.depth == 0:
-                    assert not pool.engine.lock_count(s.slot), f"slot {s.slot} locked"
-    pending = sum(n for _, n in pool.released)
-    assert total + pending == pool.resident, (
-        f"resident bytes {pool.resident} != live resident storages {total} + {pending}"
-    )
+    with _disable_current_modes():  # the engine's checks run torch ops: never our own
+        core.check_invariants(ops_in_flight=session.depth > 0)
+    pending = set(session.released)
+    for sid, ref in enumerate(session.storages):
+        s = ref() if ref is not None else None
+        if s is None or s.sid != sid or sid in pending:
+            continue
+        if s.recipe is None:
+            assert core.state[sid] == EXTERNAL and s.buf is not None, f"storage {sid}: external"
+        else:
+            res = core.state[sid] == RESIDENT
+            assert res == (s.buf is not None), f"storage {sid}: buffer vs core residency"
+            if core.lazy:  # NOTE [ Lazy engine ]: held storages are all resident
+                assert res or not core.held[sid], f"storage {sid}: held, not resident"
 
 
 def unwrap_any(v):
     if type(v) is DTRTensor:
-        return v._cell.pool.session.value(v, escape=True)
+        return v._cell.session.value(v, escape=True)
     return v

@@ -50,7 +50,7 @@ def outputs(
     """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
     tracked, views wrapped over their argument's cell, written arguments given new versions
     (NOTE [ In-place versions ] rule 1), written returns given back as the caller's objects."""
-    pool, rets = session.pool, info.rets
+    core, rets = session.core, info.rets
     single = len(rets) == 1
     res = [out] if single else list(out) if rets else []
     rec = None
@@ -63,18 +63,18 @@ def outputs(
         elif view is not None:
             src = args[view] if type(view) is int else kwargs[view]
             psrc = pargs[view] if type(view) is int else pkw[view]
-            if type(src) is DTRTensor and src._cell.pool is pool:
+            if type(src) is DTRTensor and src._cell.session is session:
                 if kind == ONE:
                     res[r] = view_of(o, src, psrc)
                 else:
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
-            if _trackable(o, pool):
+            if _trackable(o, core):
                 rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                 res[r] = fresh(session, o, rec, r, -1, parents, cost)
         else:
             for j, e in enumerate(o):
-                if _trackable(e, pool):
+                if _trackable(e, core):
                     rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                     o[j] = fresh(session, e, rec, r, j, parents, cost)
     if wrote:  # NOTE [ In-place versions ] rule 1
@@ -85,11 +85,11 @@ def outputs(
             if id(old) in seen:
                 continue
             seen.add(id(old))
-            k = next(n for n, e in enumerate(inputs) if e[2] is old)
+            k = next(n for n, e in enumerate(inputs) if e.source is old)
             rec.outs.append((-1, k))
-            buf, pinned = old.buf, old.pinned
-            pool.hand_out(old)
-            cell.storage = pool.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
+            buf, pinned = old.buf, core.pinned[old.sid]
+            core.hand_out(old.sid)
+            cell.storage = session.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
     if rec is not None:  # the recipe keeps storages, not tensors
         for e in inputs:
             forget(pargs, pkw, e)
@@ -99,9 +99,9 @@ def outputs(
 
 
 def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
-    pool, info, never = session.pool, rec.info, session.config.never_evict
-    if pool.device is None:
-        pool.start(o.device)
+    core, info, never = session.core, rec.info, session.config.never_evict
+    if core.device is None:
+        core.start(o.device)
     outs = rec.outs
     outs.append((r, j))
     pinned = (
@@ -109,8 +109,8 @@ def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
         or (info.nondet_bitwise and o.is_cuda)
         or (never is not None and bool(never(info.name, o)))
     )
-    s = pool.track(o, rec, len(outs) - 1, parents, cost, pinned)
-    return DTRTensor(Cell(s, pool), o, None)
+    s = session.track(o, rec, len(outs) - 1, parents, cost, pinned)
+    return DTRTensor(Cell(s, session), o, None)
 
 
 def view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
@@ -134,19 +134,19 @@ def blank_writes(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:
     input whose new version will not depend on the old one; its parent edge is dropped."""
     found = []
     for k, e in enumerate(inputs):
-        if e[5] != WRITE:
+        if e.mode != WRITE:
             continue
-        s = e[2]
-        if sum(1 for x in inputs if x[2] is s) > 1:
+        s = e.source
+        if sum(1 for x in inputs if x.source is s) > 1:
             continue
-        v = (pargs if type(e[0]) is int else pkw)[e[0]]
-        if e[1] >= 0:
-            v = v[e[1]]
+        v = (pargs if type(e.key) is int else pkw)[e.key]
+        if e.index >= 0:
+            v = v[e.index]
         if not _covers(v, s.nbytes):
             continue
         found.append((k, blank(s.buf)))
-        if s.slot in parents:
-            parents.remove(s.slot)
+        if s.sid in parents:
+            parents.remove(s.sid)
     return found
 
 
@@ -165,7 +165,7 @@ def _covers(v: torch.Tensor, nbytes: int) -> bool:
 
 def forget(pargs, pkw, e) -> None:
     """Drop the tensor of recipe input ``e`` from the recipe's call (it keeps the storage)."""
-    pos, j = e[0], e[1]
+    pos, j = e.key, e.index
     where = pargs if type(pos) is int else pkw
     if j < 0:
         where[pos] = None
@@ -173,9 +173,9 @@ def forget(pargs, pkw, e) -> None:
         where[pos][j] = None
 
 
-def _trackable(o, pool) -> bool:
+def _trackable(o, core) -> bool:
     if o is None or o.layout is not torch.strided:
         return False
-    if pool.device is None:
+    if core.device is None:
         return o.device.type != "meta"
-    return o.device == pool.device
+    return o.device == core.device

@@ -32,76 +32,95 @@ recipes keep referring to the old version they read.
 #    its size (a replay under the backward's no-grad mode gave an empty tensor and a
 #    segfault). A replay therefore runs under the grad mode of the first execution.
 # 2. A replay whose output has another byte size than the first execution is a bug, not a
-#    value: ``Pool._recompute`` raises instead of handing out a wrong-sized buffer.
+#    value: ``Session.recompute`` raises instead of handing out a wrong-sized buffer.
 """
 
 from __future__ import annotations
+
+import enum
+from typing import NamedTuple
 
 import torch
 
 from .errors import StaleInputError
 
-__all__ = ["LAZY", "Cell", "Recipe", "Storage", "blank", "derive", "geometry", "run_recipe"]
+__all__ = [
+    "Cell",
+    "Input",
+    "Mode",
+    "Recipe",
+    "Storage",
+    "blank",
+    "derive",
+    "geometry",
+    "run_recipe",
+]
 
-# Modes of a recipe input.
-READ, WRITE, SNAPSHOT, PLAIN, BLANK = 0, 1, 2, 3, 4
+
+class Mode(enum.IntEnum):
+    """How a recipe reads one tensor argument (:class:`Input`). ``READ`` and ``WRITE`` read a
+    tracked storage: they are the storage's parents (``mode <= WRITE``)."""
+
+    READ = 0  # a tracked storage version (version: None)
+    WRITE = 1  # a tracked storage the op wrote: the replay writes a copy
+    SNAPSHOT = 2  # a plain tensor the op wrote: source is a copy taken before the op
+    PLAIN = 3  # a plain tensor read: ``version`` is checked before a replay
+    BLANK = 4  # a tracked storage the op overwrote entirely (NOTE [ Overwriting ops ])
+
+
+READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths compare ints
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 
-LAZY = 1 << 40  # lazy ids (storages not yet in the engine) start here: engine slots are below
+
+class Input(NamedTuple):
+    """One tensor argument of a recipe: where it goes in the call and what it reads.
+
+    ``key``: positional index or keyword name; ``index``: position in a list argument, -1
+    for a single tensor; ``source``: the :class:`Storage` (READ, WRITE), the plain tensor
+    (PLAIN, SNAPSHOT: a copy) or :func:`blank`'s description (BLANK); ``view``: the geometry
+    read on the storage (None: the storage's own); ``version``: ``_version`` of a PLAIN
+    tensor; ``mode``: a :class:`Mode`.
+    """
+
+    key: int | str
+    index: int
+    source: object
+    view: tuple | None
+    version: int | None
+    mode: int
 
 
 class Storage:
     """One version of one buffer's contents (see NOTE [ Storage lifetime ]).
 
     ``buf``: the plain tensor owning the memory, or None while evicted. ``nbytes``: bytes of
-    its untyped storage. ``slot``: engine slot, -1 for an *external* storage (memory shared
-    with plain tensors the user holds: never evicted, not counted; recipes that read it record
-    ``buf._version``). ``recipe`` / ``out``: how to recompute it (``out`` indexes
-    ``recipe.outs``). ``pinned``: never evicted while resident. ``held``: a cell (so a
-    wrapper the program holds) points at it. ``born``: the pool's clock at creation (it
-    orders recomputations, NOTE [ Iterative rematerialization ] rule 4 in remat.py). While
-    the pool defers the engine (NOTE [ Lazy engine ] in pool.py), ``slot`` is a lazy id >=
-    ``LAZY``, and ``cost`` (ns), ``seen`` (clock of the last use) and ``backward`` wait here
-    for the engine.
+    its untyped storage. ``sid``: its id in the session's DTR core (which holds its residency,
+    clocks, pins and parents), -1 for a storage the core never tracked. ``recipe`` / ``out``:
+    how to recompute it (``out`` indexes ``recipe.outs``); ``recipe`` is None for an
+    *external* storage (memory shared with plain tensors the user holds: never evicted, not
+    counted; recipes that read it record ``buf._version``), including one the core turned
+    external (NOTE [ Parameter writes ]). ``session``: where its death is queued.
     """
 
-    __slots__ = (
-        "__weakref__",
-        "backward",
-        "born",
-        "buf",
-        "cost",
-        "held",
-        "nbytes",
-        "out",
-        "pinned",
-        "pool",
-        "recipe",
-        "seen",
-        "slot",
-    )
+    __slots__ = ("__weakref__", "buf", "nbytes", "out", "recipe", "session", "sid")
 
-    def __init__(
-        self, buf, nbytes: int, slot: int, recipe, out: int, pool, pinned: bool = False
-    ) -> None:
+    def __init__(self, buf, nbytes: int, sid: int, recipe, out: int, session) -> None:
         self.buf = buf
         self.nbytes = nbytes
-        self.slot = slot
+        self.sid = sid
         self.recipe = recipe
         self.out = out
-        self.pool = pool
-        self.pinned = pinned
-        self.held = True
+        self.session = session
 
     @property
     def external(self) -> bool:
-        return self.slot < 0
+        return self.recipe is None
 
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rules 3 and 4
-        if self.slot >= 0:
+        if self.sid >= 0:
             try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
-                self.pool.released.append((self.slot, self.nbytes if self.buf is not None else 0))
+                self.session.released.append(self.sid)
             except Exception:  # interpreter shutdown
                 pass
 
@@ -109,15 +128,15 @@ class Storage:
 class Cell:
     """Shared by all wrappers of one buffer; ``storage`` is its current version."""
 
-    __slots__ = ("pool", "storage")
+    __slots__ = ("session", "storage")
 
-    def __init__(self, storage: Storage, pool) -> None:
+    def __init__(self, storage: Storage, session) -> None:
         self.storage = storage
-        self.pool = pool
+        self.session = session
 
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rule 2
         try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
-            self.pool.dead.append(self.storage)
+            self.session.dead.append(self.storage)
         except Exception:  # interpreter shutdown
             pass
 
@@ -126,22 +145,15 @@ class Recipe:
     """How to run one op again.
 
     ``args`` / ``kwargs``: the call with every tensor position set to None (lists copied).
-    ``inputs``: (pos, index in list or -1, source, view, version, mode) per tensor argument:
-    ``READ`` a storage version (``version``: ``buf._version`` for an external one, else None),
-    ``WRITE`` a tracked storage the op wrote (the replay writes a copy), ``SNAPSHOT`` a plain
-    tensor the op wrote (source is a copy taken before the op; the replay writes a copy of it),
-    ``PLAIN`` a plain tensor read (``version`` checked before a replay), ``BLANK`` a tracked
-    storage the op overwrote entirely (source is :func:`blank`'s description of its buffer;
-    the replay writes a fresh buffer, NOTE [ Overwriting ops ] in outputs.py).
-    ``rng``: (generator, state) or None. ``outs``: per produced storage, ``(r, j)`` for return
-    ``r`` (element ``j`` of a list return, else -1) or ``(-1, k)`` for the copy written through
-    ``inputs[k]``. ``grad``: the grad mode of the first execution, restored for replays
-    (NOTE [ Replay context ]).
+    ``inputs``: one :class:`Input` per tensor argument. ``rng``: (generator, state) or None.
+    ``outs``: per produced storage, ``(r, j)`` for return ``r`` (element ``j`` of a list
+    return, else -1) or ``(-1, k)`` for the copy written through ``inputs[k]``. ``grad``: the
+    grad mode of the first execution, restored for replays (NOTE [ Replay context ]).
     """
 
     __slots__ = ("args", "grad", "info", "inputs", "kwargs", "outs", "rng")
 
-    def __init__(self, info, args, kwargs, inputs, rng) -> None:
+    def __init__(self, info, args, kwargs, inputs: list[Input], rng) -> None:
         self.info = info
         self.args = args
         self.kwargs = kwargs

@@ -6,7 +6,7 @@ executed op, that writes the program into a :class:`~tritondtr.traceformat.build
 #    (after its first execution); evictions and rematerializations are not events. The
 #    runtime's own counters go into ``trace.meta["runtime"]`` for comparison.
 # 2. One trace tensor per wrapper an op returns. A fresh output's size is the bytes of its
-#    untyped storage, as the runtime counts it (NOTE [ Budget accounting ] in pool.py); a view
+#    untyped storage, as the runtime counts it (NOTE [ Budget accounting ] in core/core.py); a view
 #    (a return aliasing an argument, ``detach`` included) is an output with ``alias`` = that
 #    argument's input position and 0 bytes.
 # 3. An input wrapper maps to the trace tensor of its storage version with the same view
@@ -82,7 +82,7 @@ class Recorder:
     that :meth:`build` can issue them first)."""
 
     def __init__(self, session: Session) -> None:
-        self.pool = session.pool
+        self.session = session
         self.events: list[tuple] = []
         self.constants: list[tuple[int, int]] = []  # (tensor id, bytes)
         self.next_id = 0
@@ -114,7 +114,7 @@ class Recorder:
             if kind == OTHER or wrote_arg is not None:
                 continue
             for w in [res[r]] if kind == ONE else list(res[r] or ()):
-                if type(w) is not DTRTensor or w._cell.pool is not self.pool:
+                if type(w) is not DTRTensor or w._cell.session is not self.session:
                     continue
                 if view is None:
                     outs.append((w._cell.storage.nbytes, -1, w, None))
@@ -123,8 +123,8 @@ class Recorder:
                 if k >= 0:  # a view of a tracked input
                     outs.append((0, k, w, None))
         olds, seen = [], set()
-        for e, cell in zip((e for e in inputs if e[5] == WRITE), wrote):
-            old = e[2]
+        for e, cell in zip((e for e in inputs if e.mode == WRITE), wrote):
+            old = e.source
             if id(old) not in seen:
                 seen.add(id(old))
                 olds.append(self.versions.get(id(old)))
@@ -269,8 +269,8 @@ def _position(inputs, key, storage) -> int:
     argument ``key`` if several do; -1 if none does (the source was not tracked)."""
     found = -1
     for k, e in enumerate(inputs):
-        if e[2] is storage and e[5] <= WRITE:
-            if e[0] == key:
+        if e.source is storage and e.mode <= WRITE:
+            if e.key == key:
                 return k
             if found < 0:
                 found = k

@@ -2,9 +2,9 @@
 
 # NOTE [ What is tracked ]
 # 1. With grad mode on, every op inside the context is tracked: its fresh outputs become
-#    wrapper tensors (:class:`DTRTensor`) whose storage the pool owns. Plain tensors it reads
-#    (parameters, the input batch) are *external*: never evicted, not counted, and the
-#    ``_version`` each recipe read is checked before a recomputation.
+#    wrapper tensors (:class:`DTRTensor`) whose storage the session's DTR core tracks. Plain
+#    tensors it reads (parameters, the input batch) are *external*: never evicted, not
+#    counted, and the ``_version`` each recipe read is checked before a recomputation.
 # 2. With grad mode off, an op is tracked only if it reads a wrapper. Optimizer steps (which
 #    run under no_grad on parameters, plain gradients and state) therefore stay plain.
 # 3. Outputs on another device than the first tracked one, or not strided, stay plain.
@@ -23,7 +23,7 @@
 #    budget, on plain copies of nothing: the buffer is materialized (recomputed if needed),
 #    handed out (``value``), and the op runs on plain tensors and returns plain tensors.
 # 2. Handing a buffer out (``unwrap``, ``.numpy()``, ``data_ptr()``, gradients of parameters)
-#    moves it to an external storage the pool no longer counts or evicts; the old version
+#    moves it to an external storage the core no longer counts or evicts; the old version
 #    stays in the graph, evicted, for its dependents.
 """
 
@@ -35,20 +35,22 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
+from ..core import Core
 from . import boundary
 from .errors import UnsupportedOpError
 from .outputs import blank_writes, forget, fresh, outputs, view_of
-from .pool import Pool
 from .recipe import (
     BLANK,
     PLAIN,
     READ,
     SNAPSHOT,
     WRITE,
+    Input,
     Recipe,
     Storage,
     capture_rng,
     derive,
+    run_recipe,
 )
 from .semantics import _CACHE, ONE, op_info
 from .stats import SessionStats
@@ -58,6 +60,8 @@ __all__ = ["Session"]
 
 _OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 _now_ns = time.perf_counter_ns
+_in_backward = torch._C._current_graph_task_id
+_input = Input._make
 _grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 _TRACK = object()  # ``Session._special``: no rare case applied, track the op
@@ -82,13 +86,30 @@ class Session:
     """One ``with tritondtr.enable(...)`` block; see :func:`tritondtr.enable`.
 
     ``stats`` (:class:`SessionStats`) is updated live; ``config`` is the validated
-    :class:`RuntimeConfig`; ``pool`` owns the tracked storages and the engine.
+    :class:`RuntimeConfig`; ``core`` (:class:`tritondtr.core.Core`) makes every DTR decision
+    on the session's tracked storages. The session interposes (dispatch, outputs, views,
+    boundary calls) and is the core's executor: it runs the recomputations the core asks for
+    and frees the buffers it evicts.
     """
 
     def __init__(self, config) -> None:
         self.config = config
-        self.stats = SessionStats(budget=config.budget)
-        self.pool = Pool(config, self.stats, self)
+        self.stats = SessionStats()
+        self.core = Core(
+            config.budget,
+            config.heuristic,
+            self,
+            backend=config.backend,
+            stress=config.stress,
+            pin_backward=config.pin_backward,
+            stats=self.stats,
+        )
+        self.stats._core = self.core  # SessionStats.budget reads it
+        self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
+        self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
+        self.released: list[int] = []  # rule 3: sids
+        self.depth = 0  # > 0 while an op is in flight (then the queues are not drained)
+        self.frozen_at = -1  # clock of the last ``freeze``
         self._mode = _Mode(self)
         self._hooks: dict[int, tuple] = {}
         self.active = False
@@ -114,15 +135,14 @@ class Session:
             for _, handle in self._hooks.values():
                 handle.remove()
             self._hooks.clear()
-            self.pool.budget = None
+            self.core.close()
         return False
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
         info = _CACHE.get(func) or op_info(func)
-        pool = self.pool
-        if pool.depth == 0 and (pool.dead or pool.released):
-            pool.drain()
+        if self.depth == 0 and (self.dead or self.released):
+            self.drain()
         if info.special or self.closed:
             out = self._special(info, args, kwargs)
             if out is not _TRACK:
@@ -130,8 +150,8 @@ class Session:
         if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
             return func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         out = self._call(info, args, kwargs)
-        if self.debug and pool.depth == 0:
-            pool.drain()
+        if self.debug and self.depth == 0:
+            self.drain()
             self.check_invariants()
         return out
 
@@ -143,10 +163,9 @@ class Session:
             return boundary.call_plain(info, args, kwargs)
         if info.uninit and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
-        pool = self.pool
         if (
             info.written
-            and pool.now != pool.frozen_at
+            and self.core.now != self.frozen_at
             and boundary.writes_leaf(self, info, args, kwargs)
         ):
             self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
@@ -166,18 +185,18 @@ class Session:
         return _TRACK
 
     def _call(self, info, args, kwargs):
-        pool, func = self.pool, info.func
-        locked: list[Storage] = []
-        pool.depth += 1
-        if pool.lazy and pool.budget is not None and pool.resident > pool.budget:
-            pool.sync()  # NOTE [ Lazy engine ] rule 2: before any input is locked
+        core, func = self.core, info.func
+        locked: list[int] = []  # sids locked for this op
+        self.depth += 1
+        if core.lazy and core.budget is not None and core.resident > core.budget:
+            core.sync()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
             inputs, parents, wrote = [], [], []
             written = info.written
             pargs = list(args)
             if info.flat is not None:  # single positional tensors: walk them directly
                 pkw = kwargs
-                n, lazy, now = len(args), pool.lazy, pool.now
+                n, lazy, seen, now = len(args), core.lazy, core.seen, core.now
                 for i in info.flat:
                     if i >= n:
                         break
@@ -186,10 +205,11 @@ class Session:
                         cell = v._cell
                         s = cell.storage
                         buf = s.buf
-                        if cell.pool is pool and s.slot >= 0 and buf is not None:
-                            s.seen = now  # NOTE [ Lazy engine ] rule 1
+                        if cell.session is self and s.recipe is not None and buf is not None:
+                            seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
+                            parents.append(s.sid)
                             view = v._view
-                            inputs.append((i, -1, s, view, None, READ))
+                            inputs.append(_input((i, -1, s, view, None, READ)))
                             pargs[i] = buf if view is None else derive(buf, view)
                             continue
                     if v is not None:
@@ -199,15 +219,12 @@ class Session:
                 self._walk(info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote)
             if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
                 for k, e in enumerate(inputs):
-                    if e[5] == PLAIN and e[0] in written:
-                        inputs[k] = (e[0], e[1], e[2].clone(), None, None, SNAPSHOT)
-            blanks = (
-                blank_writes(inputs, pargs, pkw, parents) if info.overwrites and wrote else None
-            )
-            pool.now += 1
-            if pool.budget is not None and pool.resident > pool.budget:
-                pool.make_room(info.name)
-            pool.op_bytes = 0
+                    if e.mode == PLAIN and e.key in written:
+                        inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
+            blanks = None
+            if info.overwrites and wrote:
+                blanks = blank_writes(inputs, pargs, pkw, parents)
+            core.begin(info.name)
             rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random else None
             while True:
                 t0 = _now_ns()
@@ -215,51 +232,52 @@ class Session:
                     out = func(*pargs, **pkw)
                     break
                 except _OOM:
-                    if not pool.evicting:
+                    if not core.evicting:
                         raise
-                    if pool.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
-                        pool.sync()
+                    if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
+                        core.sync()
                         for e in inputs:
-                            if e[5] <= WRITE and e[2].buf is not None:
-                                pool.lock(e[2])
-                                locked.append(e[2])
-                    if not pool.evict_one():
+                            if e.mode <= WRITE and e.source.buf is not None:
+                                core.lock(e.source.sid)
+                                locked.append(e.source.sid)
+                    if not core.evict_one():
                         raise
             cost = float(_now_ns() - t0)
-            for s in locked:
-                pool.unlock(s)
+            for sid in locked:
+                core.unlock(sid)
             locked.clear()
+            parents = tuple(parents)
             if info.fresh1:  # one fresh output: outputs' common case
                 if (
                     out is not None
                     and out.layout is _STRIDED
                     and (
-                        out.device == pool.device
-                        if pool.device is not None
+                        out.device == core.device
+                        if core.device is not None
                         else out.device.type != "meta"
                     )
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
                     for e in inputs:  # the recipe keeps storages, not tensors
-                        if type(e[0]) is int and e[1] < 0:
-                            pargs[e[0]] = None
+                        if type(e.key) is int and e.index < 0:
+                            pargs[e.key] = None
                         else:
                             forget(pargs, pkw, e)
-            elif info.inplace1 and len(wrote) == 1 and inputs[0][0] == 0:  # another: add_
+            elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
                 cell = wrote[0]
                 old = cell.storage  # NOTE [ In-place versions ] rule 1
                 rec = Recipe(info, pargs, pkw, inputs, rng)
                 rec.outs.append((-1, 0))
-                buf, pinned = old.buf, old.pinned
-                pool.hand_out(old)
-                cell.storage = pool.track(buf, rec, 0, parents, cost, pinned)
+                buf, pinned = old.buf, core.pinned[old.sid]
+                core.hand_out(old.sid)
+                cell.storage = self.track(buf, rec, 0, parents, cost, pinned)
                 out = args[0]
                 for e in inputs:
                     forget(pargs, pkw, e)
             elif info.view1 is not None:  # one view: outputs' other common case
                 src = args[info.view1]
-                if type(src) is DTRTensor and src._cell.pool is pool:
+                if type(src) is DTRTensor and src._cell.session is self:
                     out = view_of(out, src, pargs[info.view1])
             else:
                 out = outputs(
@@ -269,17 +287,15 @@ class Session:
                 self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
                 for k, desc in blanks:
-                    e = inputs[k]
-                    inputs[k] = (e[0], e[1], desc, e[3], None, BLANK)
+                    inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
         finally:
-            for s in locked:
-                pool.unlock(s)
-            pool.depth -= 1
+            for sid in locked:
+                core.unlock(sid)
+            self.depth -= 1
         st = self.stats
         st.ops += 1
         st.op_counts[info.name] += 1
-        if self.stress:
-            pool.evict_all()
+        core.end()
         return out
 
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote) -> None:
@@ -309,46 +325,89 @@ class Session:
 
     def _in(self, v, key, j, w, inputs, locked, parents, wrote):
         """The plain value of tensor argument ``v``; records it in ``inputs``."""
-        pool = self.pool
         if type(v) is DTRTensor:
             cell = v._cell
             s = cell.storage
-            if cell.pool is pool and s.slot >= 0:
-                buf = s.buf
-                if pool.lazy:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
-                    s.seen = pool.now
-                else:
-                    if buf is None:
-                        buf = pool.materialize(s)
-                        locked.append(s)
-                    elif pool.evicting:
-                        pool.lock(s)
-                        locked.append(s)
-                    pool.access(s)
-                    parents.append(s.slot)
+            if cell.session is self and s.recipe is not None:
+                if self.core.use(s.sid):
+                    locked.append(s.sid)
+                parents.append(s.sid)
                 view = v._view
-                inputs.append((key, j, s, view, None, WRITE if w else READ))
+                inputs.append(_input((key, j, s, view, None, WRITE if w else READ)))
                 if w:
                     wrote.append(cell)
+                buf = s.buf
                 return buf if view is None else derive(buf, view)
-            v = cell.pool.session.value(v, escape=True)  # external storage or foreign
+            v = cell.session.value(v, escape=True)  # external storage or foreign
         elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
             return v
         elif v.requires_grad and v.is_leaf:
             self._hook(v)
-        inputs.append((key, j, v, None, v._version, PLAIN))
+        inputs.append(_input((key, j, v, None, v._version, PLAIN)))
         return v
+
+    # ----------------------------------------------------------------- storages
+    def track(self, buf: torch.Tensor, recipe, out: int, parents: tuple, cost: float, pinned):
+        """A new tracked storage for ``buf``, computed by ``recipe`` from ``parents`` (sids)."""
+        nbytes = buf.untyped_storage().nbytes()
+        core = self.core
+        backward = core.pin_backward and _in_backward() >= 0
+        sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward)
+        s = Storage(buf, nbytes, sid, recipe, out, self)
+        refs = self.storages
+        if sid < len(refs):
+            refs[sid] = weakref.ref(s)
+        else:
+            refs.append(weakref.ref(s))
+        return s
+
+    def storage(self, sid: int) -> Storage:
+        s = self.storages[sid]()
+        if s is None:
+            raise AssertionError(f"bug of tritondtr: core storage {sid} has no live Storage")
+        return s
+
+    def drain(self) -> None:
+        """Apply queued deaths (NOTE [ Storage lifetime ]); only between ops."""
+        dead, released, core = self.dead, self.released, self.core
+        while dead or released:
+            while dead:
+                s = dead.pop()
+                if s.recipe is not None:
+                    core.release(s.sid)
+            while released:
+                core.forget(released.pop())
+
+    # ------------------------------------------------------ the core's executor
+    def recompute(self, sid: int) -> None:
+        """Run the recipe of evicted ``sid`` again (its inputs are resident and locked)."""
+        s = self.storage(sid)
+        rec = s.recipe
+        t0 = time.perf_counter()
+        buf = run_recipe(rec, (s.out,))[0]
+        self.stats.recompute_s += time.perf_counter() - t0
+        if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
+            raise AssertionError(
+                f"bug of tritondtr: recomputing {rec.info.name} gave a buffer of "
+                f"{buf.untyped_storage().nbytes()} bytes, the first execution {s.nbytes}"
+            )
+        s.buf = buf
+
+    def free(self, sid: int) -> None:
+        """Drop the buffer of ``sid`` (evicted, dropped or handed out)."""
+        self.storage(sid).buf = None
+
+    def keep(self, sid: int) -> None:
+        """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
+        self.storage(sid).recipe = None
 
     def evict_all(self) -> int:
         """Evict every evictable storage now (tests, measurements); returns how many."""
-        pool = self.pool
-        if pool.device is None:
+        if self.core.device is None:
             return 0
-        before = self.stats.evictions
         with _disable_current_modes():
-            pool.drain()
-            pool.evict_all()
-        return self.stats.evictions - before
+            self.drain()
+            return self.core.evict_all()
 
     # ------------------------------------------------------------------ values
     def value(self, t: DTRTensor, *, escape: bool) -> torch.Tensor:
@@ -360,7 +419,7 @@ class Session:
         boundary.freeze(self)
 
     def check_invariants(self) -> None:
-        """Raise AssertionError if the pool disagrees with the engine (debug mode)."""
+        """Raise AssertionError if the session disagrees with its core (debug mode)."""
         boundary.check_invariants(self)
 
     def _hook(self, p: torch.Tensor) -> None:
@@ -373,7 +432,7 @@ class Session:
     def _on_grad(self, p: torch.Tensor) -> None:
         g = p.grad
         if type(g) is DTRTensor and g.grad_fn is None:
-            p.grad = g._cell.pool.session.value(g, escape=True)
+            p.grad = g._cell.session.value(g, escape=True)
 
 
 def _any_wrapper(info, args, kwargs) -> bool:

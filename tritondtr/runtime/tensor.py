@@ -48,12 +48,12 @@ class DTRTensor(torch.Tensor):
         # Reached only when no tritondtr mode is active (after exit, or another thread).
         for t in tree_leaves((args, kwargs)):
             if type(t) is DTRTensor:
-                return t._cell.pool.session.dispatch(func, args, kwargs or {})
+                return t._cell.session.dispatch(func, args, kwargs or {})
         raise AssertionError("bug of tritondtr: __torch_dispatch__ without a DTRTensor")
 
     # ------------------------------------------------------------ boundary calls
     def __repr__(self, *, tensor_contents=None) -> str:
-        text = repr(self._cell.pool.session.value(self, escape=False))
+        text = repr(self._cell.session.value(self, escape=False))
         if self.grad_fn is not None:
             text = text[:-1] + f", grad_fn=<{type(self.grad_fn).__name__}>)"
         elif self.requires_grad:
@@ -61,7 +61,7 @@ class DTRTensor(torch.Tensor):
         return text
 
     def tolist(self):
-        return self._cell.pool.session.value(self, escape=False).tolist()
+        return self._cell.session.value(self, escape=False).tolist()
 
     def numpy(self, *, force: bool = False):
         if self.requires_grad and not force:
@@ -69,17 +69,17 @@ class DTRTensor(torch.Tensor):
                 "Can't call numpy() on Tensor that requires grad. "
                 "Use tensor.detach().numpy() instead."
             )
-        return self._cell.pool.session.value(self, escape=True).numpy(force=force)
+        return self._cell.session.value(self, escape=True).numpy(force=force)
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy(force=True) if not self.requires_grad else self.detach().numpy()
         return a if dtype is None else a.astype(dtype, copy=False)
 
     def data_ptr(self) -> int:
-        return self._cell.pool.session.value(self, escape=True).data_ptr()
+        return self._cell.session.value(self, escape=True).data_ptr()
 
     def untyped_storage(self):
-        return self._cell.pool.session.value(self, escape=True).untyped_storage()
+        return self._cell.session.value(self, escape=True).untyped_storage()
 
 
 def restride(func, args, kwargs) -> DTRTensor:
@@ -112,4 +112,4 @@ def unwrap(t: torch.Tensor) -> torch.Tensor:
     """
     if type(t) is not DTRTensor:
         return t
-    return t._cell.pool.session.value(t, escape=True)
+    return t._cell.session.value(t, escape=True)

@@ -77,7 +77,7 @@ class Recording:
         return False
 
     def _metadata(self, rec: Recorder) -> dict:
-        cfg, pool = self.session.config, self.session.pool
+        cfg, core = self.session.config, self.session.core
         h = cfg.heuristic
         st = self.session.stats  # not asdict: it would rebuild the Counter from pairs
         stats = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)}
@@ -87,11 +87,12 @@ class Recording:
             "cost_unit": "ns",
             "size_unit": "bytes",
             "torch": torch.__version__,
-            "device": None if pool.device is None else str(pool.device),
+            "device": None if core.device is None else str(core.device),
             "runtime": {
                 "heuristic": str(getattr(h, "value", None) or getattr(h, "name", h)),
                 "pin_backward": cfg.pin_backward,
                 "stress": cfg.stress,
+                "budget": core.budget,
                 **stats,
             },
             "recorder": {

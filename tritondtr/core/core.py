@@ -1,0 +1,487 @@
+"""The DTR core: every decision of a DTR run, on ids, sizes, costs and flags, never a tensor.
+
+The runtime drives a :class:`Core` with real tensors (its executor runs the recomputations the
+core asks for and frees the buffers it evicts); the simulator drives the same class from a
+trace (its executor only counts). The core owns residency and byte accounting, locks and pins,
+the clock, victim choice through the :class:`~tritondtr.engine.Engine`, the rematerialization
+plan (:mod:`.remat`), eager release and forgetting, and backward pinning.
+
+Storages are *core ids* (``sid``): dense ints handed out by :meth:`Core.new`, reused after
+:meth:`Core.forget` (a stack: the last forgotten is reused first). The engine has its own
+slots; ``eslot[sid]`` maps one to the other once the engine is built.
+
+# NOTE [ Budget accounting ]
+# 1. Counted: the bytes of every tracked storage while it is resident. Not counted: external
+#    storages (parameters, inputs from outside, buffers handed to the user as plain tensors)
+#    and transient copies inside one op.
+# 2. Before an op runs (a user op or a recomputation), its tracked inputs are made resident
+#    and locked (:meth:`Core.use`), then victims are evicted until the resident bytes are <=
+#    budget (:meth:`Core.begin`). Its outputs are counted when they are tracked, so the peak
+#    never exceeds budget + the outputs of the one op in flight (outputs it computes and
+#    drops, like the unused outputs of a replay, included).
+# 3. If the budget is still exceeded with nothing left to evict, the op does not run:
+#    :class:`BudgetError` names it, the bytes that must stay resident, the budget and what is
+#    pinned or locked; locks are released by the caller, nothing else was changed.
+# 4. ``stress``: after every op everything evictable is evicted, and no budget error exists.
+
+# NOTE [ Backward storages ]
+# 1. Storages created while autograd runs a backward pass are pinned when created: gradients
+#    flow through them right away, and evicting them mostly causes rematerialization cascades
+#    (about 17x fewer rematerializations at a 23 % budget on an MLP when they stay).
+# 2. They are the lowest priority, not never: when nothing else can be evicted and the budget
+#    is exceeded, all of them are unpinned at once and become ordinary candidates.
+
+# NOTE [ Lazy engine ]
+# 1. Nothing is evicted while the resident bytes stay within the budget, so until then the
+#    engine's bookkeeping (a table row and neighbourhood update per storage, locks, access
+#    times, releases) is pure overhead. The core starts *lazy*: a new storage keeps its cost
+#    and its creation / last-use clocks in the core's lists only; inputs are not locked
+#    (nothing can be evicted under an op); dropping a buffer only adjusts the byte count.
+#    With ``budget=None`` (and no stress) the engine is never built.
+# 2. The first op that starts with resident > budget (:meth:`Core.prepare`, before its
+#    inputs are used, so no lock is pending), an out-of-memory retry, or :meth:`evict_all`
+#    *syncs* the core: the engine is built and every live storage enters it in creation
+#    order (parents first; edges from its inputs), with its clocks, pin and backward flag; a
+#    storage whose buffer was dropped enters as evicted. From then on the engine is updated
+#    event by event. ``stress`` starts synced.
+# 3. So eviction decisions see the same live storages, costs, sizes, clocks and edges as if
+#    the engine had been updated all along: :meth:`make_room` only evicts when resident >
+#    budget, which a lazy core never reaches without syncing first. What differs: slot
+#    numbers (ties between equal scores), dropped buffers enter as evicted all at once in
+#    creation order, and storages forgotten before the sync never enter.
+
+# NOTE [ One victim first ]
+# 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
+#    choices of the same eviction loop from that list (NOTE [ Exact batched choice ] in
+#    engine.py). Most :meth:`make_room` calls evict one storage only: the op in flight is
+#    over the budget by less than one victim.
+# 2. So the first eviction of a :meth:`make_room` asks ``engine.select(now, 1)``: by
+#    definition the exact victim ``choose`` would give. Further evictions of the same call
+#    use ``choose`` and its batched list. Victims, and so the values, peaks and
+#    rematerializations, are those of ``choose`` alone; only the number of scorings changes.
+#    Measurements: docs/benchmarks.md, Eviction path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import torch
+
+from ..engine import Engine
+from ..residency import EVICTED, EXTERNAL, FREE, RESIDENT
+from .errors import BudgetError
+from .remat import Rematerializer
+from .stats import CoreStats
+
+__all__ = ["Core", "Executor"]
+
+_profiling = torch.autograd._profiler_enabled
+
+
+class Executor(Protocol):
+    """What a :class:`Core` asks of its driver: the runtime runs real ops, the simulator
+    only counts."""
+
+    def recompute(self, sid: int) -> None:
+        """Compute the buffer of evicted ``sid`` again (its inputs are resident and locked)."""
+
+    def free(self, sid: int) -> None:
+        """Drop the buffer of resident ``sid`` (evicted or dropped; it stays recomputable)."""
+
+    def keep(self, sid: int) -> None:
+        """``sid`` became external for good (:meth:`Core.externalize`): keep its buffer,
+        forget how to recompute it."""
+
+
+class Core(Rematerializer):
+    """The decisions of one DTR run; see the NOTEs of this module and of :mod:`.remat`.
+
+    Args:
+        budget: bytes, or None (track without evicting).
+        heuristic: for the :class:`~tritondtr.engine.Engine` (name, enum or user heuristic).
+        executor: see :class:`Executor`.
+        backend: the engine's scoring backend.
+        stress: evict everything evictable after every op (takes no budget).
+        pin_backward: NOTE [ Backward storages ].
+        stats: where the counters go (a :class:`CoreStats` or a subclass).
+    """
+
+    def __init__(
+        self,
+        budget: int | None,
+        heuristic,
+        executor: Executor,
+        *,
+        backend="auto",
+        stress: bool = False,
+        pin_backward: bool = True,
+        stats: CoreStats | None = None,
+    ) -> None:
+        self.budget = budget
+        self.heuristic = heuristic
+        self.backend = backend
+        self.executor = executor
+        self.stress = stress
+        self.evicting = budget is not None or stress
+        self.pin_backward = pin_backward and self.evicting
+        self.stats = stats if stats is not None else CoreStats()
+        self.engine: Engine | None = None
+        self.device: torch.device | None = None
+        self.lazy = not stress  # NOTE [ Lazy engine ]
+        self.closed = False
+        self.now = 0  # the clock: +1 per op and per recomputation
+        self.resident = 0
+        self.op_bytes = 0  # bytes added by the op in flight
+        # Per core id: lists indexed by sid.
+        self.size: list[int] = []
+        self.cost: list[float] = []
+        self.born: list[int] = []  # clock at creation (orders recomputations)
+        self.seen: list[int] = []  # clock of the last use, while lazy (then the engine's)
+        self.inputs: list[tuple[int, ...]] = []  # the tracked storages its op reads
+        self.name: list[str] = []  # its op, for errors
+        self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (residency.py)
+        self.held = bytearray()  # a wrapper of the program holds it
+        self.pinned = bytearray()  # never evicted while resident (never_evict)
+        self.backward = bytearray()  # created during a backward pass
+        self.in_bw = bytearray()  # listed in ``bw`` (NOTE [ Backward storages ] rule 2)
+        self.eslot: list[int] = []  # engine slot, -1 while lazy or external
+        self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
+        self.free_ids: list[int] = []
+        self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
+        self.bw: list[int] = []  # backward storages still pinned
+
+    # ---------------------------------------------------------------- storages
+    def start(self, device: torch.device) -> None:
+        """The device of the tracked storages (the engine's table lives there)."""
+        self.device = device
+        if not self.lazy:
+            self.engine = Engine(self.heuristic, device=device, backend=self.backend)
+
+    def new(
+        self,
+        size: int,
+        cost: float,
+        inputs: tuple[int, ...],
+        name: str,
+        pinned: bool = False,
+        backward: bool = False,
+    ) -> int:
+        """A new resident storage of ``size`` bytes that op ``name`` computed in ``cost`` ns
+        from the tracked storages ``inputs`` (its parents); returns its sid. ``backward``:
+        created during a backward pass (the caller tests it only when ``pin_backward``)."""
+        free = self.free_ids
+        if free:
+            sid = free.pop()
+            self.size[sid], self.cost[sid], self.born[sid] = size, cost, self.now
+            self.seen[sid], self.inputs[sid], self.name[sid] = self.now, inputs, name
+            self.state[sid], self.held[sid] = RESIDENT, 1
+            self.pinned[sid], self.backward[sid] = pinned, backward
+        else:
+            sid = len(self.size)
+            self.size.append(size)
+            self.cost.append(cost)
+            self.born.append(self.now)
+            self.seen.append(self.now)
+            self.inputs.append(inputs)
+            self.name.append(name)
+            self.state.append(RESIDENT)
+            self.held.append(1)
+            self.pinned.append(pinned)
+            self.backward.append(backward)
+            self.in_bw.append(0)
+            self.eslot.append(-1)
+        if self.lazy:  # NOTE [ Lazy engine ] rule 1
+            self.lazy_live[sid] = None
+        else:
+            self._enter(sid, pinned, backward)
+        self.grow(size)
+        return sid
+
+    def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
+        eslot = self.eslot
+        parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
+        slot = self.engine.new(
+            self.cost[sid], self.size[sid], self.born[sid], parents,
+            evictable=not (pinned or backward),
+        )  # fmt: skip
+        eslot[sid] = slot
+        sid_of = self.sid_of
+        if slot >= len(sid_of):
+            sid_of.extend([-1] * (slot + 1 - len(sid_of)))
+        sid_of[slot] = sid
+        if backward and not pinned:
+            self.bw.append(sid)
+            self.in_bw[sid] = 1
+
+    def grow(self, nbytes: int) -> None:
+        """Count ``nbytes`` more resident (a new or recomputed buffer); peaks follow."""
+        r = self.resident = self.resident + nbytes
+        st = self.stats
+        b = self.op_bytes = self.op_bytes + nbytes
+        if b > st.max_op_out_bytes:
+            st.max_op_out_bytes = b
+        st.resident_bytes = r
+        if r > st.peak_bytes:
+            st.peak_bytes = r
+
+    def sync(self) -> None:
+        """NOTE [ Lazy engine ] rule 2: build the engine and enter every live storage."""
+        if not self.lazy:
+            return
+        live, self.lazy, self.lazy_live = list(self.lazy_live), False, {}
+        if self.device is None:
+            return
+        self.start(self.device)
+        eng, state = self.engine, self.state
+        for sid in live:
+            resident = state[sid] == RESIDENT
+            pinned = resident and self.pinned[sid]
+            self._enter(sid, pinned, resident and self.backward[sid] and not pinned)
+            if self.seen[sid] != self.born[sid]:
+                eng.access(self.eslot[sid], self.seen[sid])
+            if not resident:
+                eng.evict(self.eslot[sid])
+
+    # ------------------------------------------------------------------ ops
+    def prepare(self) -> None:
+        """Before an op reads its inputs: NOTE [ Lazy engine ] rule 2."""
+        if self.lazy and self.budget is not None and self.resident > self.budget:
+            self.sync()
+
+    def use(self, sid: int) -> bool:
+        """``sid`` is a tracked input of the op about to run: make it resident, lock it while
+        anything can be evicted, record the access. True if it was locked (the caller unlocks
+        it once the op ran)."""
+        if self.lazy:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
+            self.seen[sid] = self.now
+            return False
+        locked = True
+        if self.state[sid] != RESIDENT:
+            self.materialize(sid)
+        elif self.evicting:
+            self.engine.lock(self.eslot[sid])
+        else:
+            locked = False
+        self.engine.access(self.eslot[sid], self.now)
+        return locked
+
+    def begin(self, name: str) -> None:
+        """Op ``name`` runs next: advance the clock and make room (NOTE [ Budget accounting ]
+        rule 2)."""
+        self.now += 1
+        if self.budget is not None and self.resident > self.budget:
+            try:
+                self.make_room(name)
+            except BudgetError:
+                self.stats.budget_errors += 1
+                raise
+        self.op_bytes = 0
+
+    def end(self) -> None:
+        """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4."""
+        if self.stress:
+            self.evict_all()
+
+    def lock(self, sid: int) -> None:
+        self.engine.lock(self.eslot[sid])
+
+    def unlock(self, sid: int) -> None:
+        self.engine.unlock(self.eslot[sid])
+
+    # ------------------------------------------------------------ releasing
+    def release(self, sid: int) -> None:
+        """The program's last wrapper of ``sid`` died: free its buffer now; it stays
+        recomputable for its dependents until :meth:`forget`."""
+        self.held[sid] = 0
+        if self.state[sid] == RESIDENT:
+            self.drop(sid)
+            self.stats.freed += 1
+
+    def hand_out(self, sid: int) -> None:
+        """``sid``'s buffer now belongs to a plain tensor outside: stop counting it (it
+        stays in the graph, evicted, for its dependents)."""
+        self.held[sid] = 0
+        self.drop(sid)
+
+    def drop(self, sid: int) -> None:
+        """Free the buffer of resident ``sid``; it stays in the graph, evicted."""
+        if not self.lazy:
+            slot = self.eslot[sid]
+            eng = self.engine
+            if self.pinned[sid] or not eng.is_candidate(slot):
+                if eng.lock_count(slot):
+                    raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
+                eng.unpin(slot)
+            eng.evict(slot)
+        self.pinned[sid] = 0
+        self.state[sid] = EVICTED
+        self.resident -= self.size[sid]
+        self.stats.resident_bytes = self.resident
+        self.executor.free(sid)
+
+    def externalize(self, sid: int) -> None:
+        """Turn resident, unlocked ``sid`` into an external storage for good: it keeps its
+        buffer and value, leaves the engine and the byte count (NOTE [ Parameter writes ])."""
+        self.resident -= self.size[sid]
+        self.stats.resident_bytes = self.resident
+        if self.lazy:
+            self.lazy_live.pop(sid, None)
+        else:
+            slot = self.eslot[sid]
+            if self.engine.lock_count(slot):
+                raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
+            self.engine.release(slot)
+            self.sid_of[slot] = self.eslot[sid] = -1
+        self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
+        self.executor.keep(sid)
+
+    def forget(self, sid: int) -> None:
+        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core."""
+        state = self.state[sid]
+        if state == RESIDENT:
+            self.resident -= self.size[sid]
+            self.stats.resident_bytes = self.resident
+        if self.lazy:
+            self.lazy_live.pop(sid, None)
+        elif self.eslot[sid] >= 0:
+            slot = self.eslot[sid]
+            self.engine.release(slot)
+            self.sid_of[slot] = self.eslot[sid] = -1
+        self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
+        self.free_ids.append(sid)
+
+    def held_storages(self) -> list[int]:
+        """The tracked storages a wrapper holds, in creation order while lazy, else in engine
+        slot order (the order :meth:`freeze` visits them)."""
+        held, state = self.held, self.state
+        order = self.lazy_live if self.lazy else (s for s in self.sid_of if s >= 0)
+        return [s for s in order if held[s] and state[s] != EXTERNAL]
+
+    def freeze(self) -> None:
+        """NOTE [ Parameter writes ]: every storage a wrapper holds becomes external, after
+        being recomputed if it was evicted."""
+        for sid in self.held_storages():
+            if self.state[sid] != RESIDENT:
+                self.materialize(sid)
+                self.unlock(sid)
+            self.externalize(sid)
+
+    def close(self) -> None:
+        """The session ended: nothing is evicted from now on (values still asked of wrappers
+        are recomputed without a budget)."""
+        self.closed = True
+
+    # ------------------------------------------------------------- eviction
+    def evict_one(self, first: bool = False) -> bool:
+        """Evict the engine's next victim; False if nothing is evictable. ``first``: the
+        first eviction of a :meth:`make_room` (NOTE [ One victim first ])."""
+        self.sync()
+        prof = _profiling()
+        t0 = time.perf_counter()
+        if prof:
+            with torch.profiler.record_function("tritondtr::select"):
+                v = self._choose(first)
+        else:
+            v = self._choose(first)
+        self.stats.select_s += time.perf_counter() - t0
+        if v is None:
+            if not self._unpin_backward():
+                return False
+            return self.evict_one(first)
+        if prof:
+            with torch.profiler.record_function("tritondtr::evict"):
+                self.drop(self.sid_of[v])
+        else:
+            self.drop(self.sid_of[v])
+        self.stats.evictions += 1
+        return True
+
+    def _choose(self, first: bool) -> int | None:
+        eng = self.engine
+        if first:
+            ids = eng.select(self.now, 1)
+            return ids[0] if ids else None
+        return eng.choose(self.now)
+
+    def _unpin_backward(self) -> bool:
+        """NOTE [ Backward storages ] rule 2."""
+        if not self.bw:
+            return False
+        eng, any_ = self.engine, False
+        state, pinned, in_bw, eslot = self.state, self.pinned, self.in_bw, self.eslot
+        for sid in self.bw:
+            if in_bw[sid] and state[sid] == RESIDENT and not pinned[sid]:
+                eng.unpin(eslot[sid])
+                any_ = True
+            in_bw[sid] = 0
+        self.bw.clear()
+        self.stats.backward_unpins += any_
+        return any_
+
+    def make_room(self, op: str) -> None:
+        """NOTE [ Budget accounting ] rules 2 and 3, before ``op`` runs."""
+        budget = self.budget
+        if budget is None or self.closed or self.resident <= budget:
+            return
+        if self.lazy:
+            raise AssertionError(
+                "bug of tritondtr: over budget while the engine is deferred "
+                "(NOTE [ Lazy engine ] rule 2)"
+            )
+        first = True
+        while self.resident > budget:
+            if not self.evict_one(first):
+                raise BudgetError(op, self.resident, budget, self.describe_pinned())
+            first = False
+
+    def evict_all(self) -> int:
+        """Evict every candidate now (stress, tests); returns how many."""
+        self.sync()
+        eng, n = self.engine, 0
+        while eng is not None:
+            v = eng.choose(self.now)
+            if v is None:
+                break
+            self.drop(self.sid_of[v])
+            n += 1
+        self.stats.evictions += n
+        return n
+
+    def describe_pinned(self) -> str:
+        eng = self.engine
+        locked = pinned = nl = np_ = 0
+        for slot, sid in enumerate(self.sid_of):
+            if sid < 0 or self.state[sid] != RESIDENT:
+                continue
+            if eng.lock_count(slot):
+                locked += self.size[sid]
+                nl += 1
+            elif not eng.is_candidate(slot):
+                pinned += self.size[sid]
+                np_ += 1
+        return (
+            f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
+            f"{np_} pinned ({pinned} bytes)"
+        )
+
+    # ------------------------------------------------------------ checking
+    def check_invariants(self, ops_in_flight: bool = False) -> None:
+        """Raise AssertionError if the core disagrees with itself or with its engine."""
+        total = 0
+        for sid, st in enumerate(self.state):
+            if st == RESIDENT:
+                total += self.size[sid]
+            if self.lazy or st in (FREE, EXTERNAL):
+                continue
+            slot = self.eslot[sid]
+            assert slot >= 0 and self.sid_of[slot] == sid, f"storage {sid}: engine slot map"
+            assert self.engine.is_resident(slot) == (st == RESIDENT), (
+                f"storage {sid}: residency vs engine"
+            )
+            if st == RESIDENT and not ops_in_flight:
+                assert not self.engine.lock_count(slot), f"storage {sid} locked between ops"
+        if self.engine is not None and not self.lazy:
+            self.engine.check_invariants()
+        assert total == self.resident, f"resident bytes {self.resident} != storages {total}"

@@ -1,0 +1,177 @@
+"""Rematerialization: making an evicted storage resident again, without Python recursion.
+
+:class:`Rematerializer` is the part of :class:`~tritondtr.core.Core` that plans
+recomputations: :meth:`~Rematerializer.materialize` recomputes a target and whatever evicted
+storages its inputs need, with an explicit stack of :class:`Frame` records; each single
+recomputation runs through the core's executor under the budget.
+
+# NOTE [ Iterative rematerialization ]
+# 1. ``materialize`` recomputes with an explicit stack of frames (a storage, the locks it
+#    holds, its parent frame): no Python recursion, so a chain of any depth works (tested at
+#    100k).
+# 2. A frame pushes its evicted inputs (each child frame knows its parent frame); a finished
+#    child is locked on behalf of its parent, so what was recomputed for a pending frame is
+#    not evicted under it. Inputs that were resident are not locked while children run (a
+#    deep path would otherwise lock everything along it): the frame re-checks on each visit
+#    and locks all its inputs only to run. Every recomputed input stays locked for its frame,
+#    so each visit has fewer inputs to recompute and the loop ends (rules 5 and 6 bound the
+#    exception).
+# 3. On any exception every lock taken by any frame is released: the core is as before,
+#    except for storages already recomputed, which are valid resident storages.
+# 4. A frame's missing inputs are recomputed oldest first (creation clock ``born``). The
+#    older one is usually an ancestor of the newer (a residual stream ``x + f(x)``), so it
+#    is computed before its descendants rather than under their locks, and is not
+#    recomputed once inside the newer one's frame, lost, and recomputed again (a residual
+#    chain of 12 blocks under ``stress``: 741 rematerializations against 81,831 newest
+#    first; docs/benchmarks.md).
+# 5. The inputs held for pending frames can fill the budget: along a backward chain whose
+#    gradients were evicted, every level holds the activation it recomputed first. When a
+#    recomputation then cannot make room, every lock of every frame is released (the frames
+#    stay, with nothing held) and the top frame tries again; frames re-check their inputs on
+#    their next visit and recompute what was evicted meanwhile. Only the caller's locks (the
+#    op in flight's inputs) stay. At most 2 x (storages given a frame) releases per
+#    ``materialize``, then the BudgetError stands; ``stats.relaxations`` counts them.
+# 6. A recomputation that recomputes the same storages over and over (more than 64
+#    rematerializations per distinct storage given a frame, and more than 10,000 in all)
+#    raises :class:`ThrashError` (a BudgetError) between two recomputations instead of
+#    running on for minutes. The bound is loose on purpose: the zoo TreeLSTM at scale 1, 30 %
+#    and ``lru`` needs ~25 per storage in one call and finishes. Unwinding is rule 3's.
+
+# NOTE [ A recomputation is not a use ]
+# 1. The heuristics' staleness (now - last access) stands for "how soon will the program read
+#    this again". A storage that no wrapper holds (``held`` is 0: its last wrapper died, only
+#    the inputs of other storages keep it) is never read by the program again; it matters
+#    only as an input of further recomputations.
+# 2. So a storage recomputed on the way to another one (not the storage asked for) and held
+#    by no wrapper keeps the last access it had (``Engine.remat(slot, None)``). Once the
+#    recomputation that needed it is done it is among the first victims, instead of the
+#    program's own storages recomputed beside it. The storage asked for, and recomputed
+#    storages a wrapper holds, take ``now``.
+# 3. Why: with ``now`` for every recomputed storage, TinyGPT at the checkpoint's peak kept
+#    most of its budget in such intermediates during the backward, all "just used", and
+#    evicted the saved activations recomputed with them, then recomputed those again (about
+#    1.8x the rematerializations; docs/benchmarks.md). Only victims change: values, the
+#    peak bound and gradients are as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..residency import EVICTED, EXTERNAL, RESIDENT
+from .errors import BudgetError, ThrashError
+
+__all__ = ["Frame", "Rematerializer"]
+
+_profiling = torch.autograd._profiler_enabled
+_THRASH, _THRASH_MIN = 64, 10_000  # NOTE [ Iterative rematerialization ] rule 6
+
+
+@dataclass(slots=True, eq=False)
+class Frame:
+    """One pending recomputation of ``materialize``'s stack.
+
+    ``locks``: the storages locked for it (None until its first visit); ``parent``: the frame
+    whose input it is, None for the target.
+    """
+
+    sid: int
+    parent: Frame | None
+    locks: list[int] | None = field(default=None)
+
+
+class Rematerializer:
+    """The rematerialization plan of :class:`~tritondtr.core.Core` (NOTE [ Iterative
+    rematerialization ]); uses the core's lists, engine, executor and counters."""
+
+    def materialize(self, target: int) -> None:
+        """Make ``target`` resident, leaving it locked once (the caller unlocks it)."""
+        self.sync()  # a lazy core drops only dead buffers, never one a caller asks for
+        prof = torch.profiler.record_function("tritondtr::rematerialize") if _profiling() else None
+        if prof is not None:
+            prof.__enter__()
+        stack = [Frame(target, None)]
+        pushed, relaxed = {target}, 0  # storages given a frame; rule 5's releases
+        state, inputs, born = self.state, self.inputs, self.born
+        stats = self.stats
+        remats0 = stats.rematerializations
+        try:
+            while stack:
+                frame = stack[-1]
+                sid = frame.sid
+                if state[sid] != RESIDENT:
+                    if frame.locks is None:
+                        frame.locks = []
+                    missing = [Frame(i, frame) for i in inputs[sid] if state[i] == EVICTED]
+                    if missing:
+                        pushed.update(m.sid for m in missing)
+                        if len(missing) > 1:  # rule 4: the oldest on top, computed first
+                            missing.sort(key=lambda m: born[m.sid], reverse=True)
+                        stack.extend(missing)
+                        continue
+                    locks = frame.locks
+                    for i in inputs[sid]:
+                        if state[i] != EXTERNAL:
+                            self.lock(i)
+                            locks.append(i)
+                    try:
+                        self.recompute(sid, sid == target or bool(self.held[sid]))
+                    except BudgetError:
+                        if relaxed >= 2 * len(pushed) or not self._relax(stack):
+                            stats.budget_errors += 1
+                            raise
+                        relaxed += 1
+                        continue  # rule 5: the top frame re-checks its inputs
+                    for i in locks:
+                        self.unlock(i)
+                    frame.locks = None
+                    done = stats.rematerializations - remats0
+                    if done > _THRASH * len(pushed) and done > _THRASH_MIN:  # rule 6
+                        stats.budget_errors += 1
+                        raise ThrashError(self.name[target], self.budget, done, len(pushed))
+                stack.pop()
+                self.lock(sid)  # for the parent frame, or for the caller
+                if frame.parent is not None:
+                    frame.parent.locks.append(sid)
+                if self.stress:
+                    self.evict_all()
+        except BaseException:
+            eng = self.engine
+            for frame in stack:
+                for i in frame.locks or ():
+                    if state[i] == RESIDENT and eng.lock_count(self.eslot[i]):
+                        self.unlock(i)
+            raise
+        finally:
+            if prof is not None:
+                prof.__exit__(None, None, None)
+
+    def _relax(self, stack: list[Frame]) -> bool:
+        """Rule 5: release every lock the frames of ``stack`` hold, if frames below the top
+        hold some; False if that cannot help."""
+        if not any(frame.locks for frame in stack[:-1]):
+            return False
+        self.stats.relaxations += 1
+        for frame in stack:
+            for i in frame.locks or ():
+                self.unlock(i)
+            if frame.locks is not None:
+                frame.locks = []
+        return True
+
+    def recompute(self, sid: int, use: bool) -> None:
+        """Recompute evicted ``sid`` (inputs resident and locked). ``use``: the program will
+        read it (NOTE [ A recomputation is not a use ])."""
+        self.now += 1
+        self.make_room(self.name[sid])
+        self.op_bytes = 0
+        self.executor.recompute(sid)
+        self.state[sid] = RESIDENT
+        slot = self.eslot[sid]
+        self.engine.remat(slot, self.now if use else None)
+        self.stats.rematerializations += 1
+        if self.pinned[sid]:
+            self.engine.pin(slot)
+        self.grow(self.size[sid])

@@ -1,0 +1,40 @@
+"""Counters of a DTR run, kept by the core (:class:`~tritondtr.core.Core`) as it decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CoreStats"]
+
+
+@dataclass
+class CoreStats:
+    """What the core did. Bytes are of the tracked storages (NOTE [ Budget accounting ]).
+
+    Attributes:
+        evictions: storages evicted to meet the budget (not counting buffers freed because
+            their last tensor died, see ``freed``).
+        rematerializations: storages recomputed.
+        select_s: seconds spent choosing victims.
+        peak_bytes: the most bytes resident at once.
+        resident_bytes: bytes resident now.
+        freed: buffers freed because their last tensor died.
+        backward_unpins: times the storages of the backward pass had to be made evictable.
+        budget_errors: :class:`~tritondtr.core.BudgetError` raised (ThrashError included).
+        relaxations: times a recomputation did not fit beside the inputs held for the
+            recomputations waiting on it, and those were made evictable again (NOTE [
+            Iterative rematerialization ] rule 5 in core/remat.py).
+        max_op_out_bytes: the most bytes one op (or one recomputation) added at once; the
+            peak never exceeds ``budget + max_op_out_bytes`` (NOTE [ Budget accounting ]).
+    """
+
+    evictions: int = 0
+    rematerializations: int = 0
+    select_s: float = 0.0
+    peak_bytes: int = 0
+    resident_bytes: int = 0
+    freed: int = 0
+    backward_unpins: int = 0
+    budget_errors: int = 0
+    relaxations: int = 0
+    max_op_out_bytes: int = 0
