@@ -78,6 +78,53 @@ def test_jsonl_renumbers_sparse_ids_and_names_bad_lines(tmp_path):
         load_trace(p)
 
 
+@pytest.mark.parametrize(
+    "line, lineno, message",
+    [
+        ({"ev": "constant", "out": 70, "size": 1.5}, 2, "output size 1.5 must be a whole number"),
+        ({"ev": "constant", "out": 70, "size": True}, 2, "output size True must be a whole"),
+        ({"ev": "constant", "out": 70, "size": -8}, 2, "output size -8 must be a whole number"),
+        (
+            {"ev": "constant", "out": 70, "size": 2**63},
+            2,
+            "output size 9223372036854775808 .*below 2\\*\\*63",
+        ),
+        ([1, 2], 2, "expected an event \\(a JSON object\\)"),
+        ({"format": "tritondtr-trace", "version": "x"}, 1, "header version must be an integer"),
+    ],
+    ids=["float-size", "bool-size", "negative-size", "huge-size", "list-event", "bad-version"],
+)
+def test_jsonl_bad_fields_name_the_line(tmp_path, line, lineno, message):
+    lines = [line] if lineno == 1 else [{"format": "tritondtr-trace", "version": 1}, line]
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines))
+    with pytest.raises(TraceError, match=rf"t\.jsonl:{lineno}: {message}"):
+        load_trace(p)
+
+
+def test_damaged_files_name_the_file(tmp_path):
+    """Damage below the format (gzip, zip, UTF-8) is a TraceError naming the file (NOTE
+    [ Trace files ] 5), not the zipfile, gzip or codec exception."""
+    p = tmp_path / "t.jsonl"
+    save_trace(small_trace(), p)
+    text = p.read_bytes().split(b"\n")
+    p.write_bytes(b"\n".join([*text[:2], b'{"ev": "annotate", "text": "\xff"}', *text[2:]]))
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: not UTF-8 text \(byte 0xff"):
+        load_trace(p)
+    gz = save_trace(small_trace(), tmp_path / "t.npz.gz")
+    gz.write_bytes(gz.read_bytes()[:-20])
+    with pytest.raises(TraceError, match=r"t\.npz\.gz: damaged gzip data"):
+        load_trace(gz)
+    z = save_trace(small_trace(), tmp_path / "t.npz")
+    data = z.read_bytes()
+    z.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match=r"t\.npz: damaged or truncated \.npz archive"):
+        load_trace(z)
+    z.write_bytes(b"\n \n")
+    with pytest.raises(TraceError, match=r"t\.npz: the file is empty; expected a tritondtr"):
+        load_trace(z)
+
+
 def test_validate_rejects_inputs_from_the_future():
     t = small_trace()
     t.inputs[0] = 5
@@ -159,8 +206,20 @@ def test_every_instruction():
         ([CONST[0], {"INSTRUCTION": "MEMORY", "NAME": "other", "MEMORY": "1"}], 3, "expected 'w'"),
         ([*CONST, *call("f", ["w"], ["r"])[:2]], 4, "ends where the ALIAS"),
         ([*CONST, *call("f", ["w"], ["r"], time="soon")], 4, "'TIME' must be a number"),
+        (
+            [*CONST, {"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["w"], "RESULT": ["r"]}],
+            4,
+            "CALL line lacks the field 'TIME': expected a number >= 0",
+        ),
+        ([*CONST, *call("f", ["w"], ["r"], time="nan")], 4, "'TIME' must be a number >= 0"),
+        ([CONST[0], {**CONST[1], "MEMORY": "-64"}], 3, "'MEMORY' must be a whole number of bytes"),
+        ([CONST[0], {**CONST[1], "MEMORY": 1.5}], 3, "'MEMORY' must be .*got 1.5$"),
+        ([CONST[0], {**CONST[1], "MEMORY": True}], 3, "'MEMORY' must be .*got True$"),
+        ([CONST[0], {**CONST[1], "MEMORY": str(2**63)}], 3, "'MEMORY' must be .*below 2"),
+        ([CONST[0], {"INSTRUCTION": "MEMORY", "NAME": "w"}], 3, "MEMORY line lacks the field"),
         ([*CONST, *call("f", ["w"], ["r"], alias=("3",))], 6, "has only 1 arguments"),
         ([{"INSTRUCTION": "FROB"}], 2, "unknown instruction 'FROB'"),
+        ([{"INSTRUCTION": ["CALL"]}], 2, r"unknown instruction \['CALL'\]"),
         ([{"INSTRUCTION": "ALIAS", "NAME": "x", "ALIAS": "-1"}], 2, "outside a CONSTANT or CALL"),
         ([*CONST, {"INSTRUCTION": "COPY", "DST": "w", "SRC": "w"}], 4, "already bound"),
         (
@@ -186,8 +245,16 @@ def test_every_instruction():
         "memory-name",
         "truncated",
         "bad-time",
+        "missing-time",
+        "nan-time",
+        "negative-memory",
+        "float-memory",
+        "bool-memory",
+        "huge-memory",
+        "missing-memory",
         "alias-range",
         "unknown-instr",
+        "list-instr",
         "stray-alias",
         "copy-bound",
         "double-release",

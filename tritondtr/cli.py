@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 # name -> (module, help). Each module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 _COMMANDS = {
@@ -14,8 +15,16 @@ _COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit status 2: what is wrong and where to look,
+    not the whole usage (``--help`` prints it). Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritondtr", description=__doc__)
+    parser = _Parser(prog="tritondtr", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name, (module, help_text) in _COMMANDS.items():

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -35,8 +36,10 @@ class Baseline:
 
     def budget(self, ratio: float) -> int:
         """The byte budget for a memory ratio: ``int(ratio * peak_bytes)``, as the reference."""
-        if not ratio > 0:
-            raise ValueError(f"a memory ratio must be > 0, got {ratio!r}")
+        if not (ratio > 0 and math.isfinite(ratio)):
+            raise ValueError(
+                f"a ratio of the baseline peak must be a finite number > 0, got {ratio!r}"
+            )
         return int(self.peak_bytes * ratio)
 
     def as_dict(self) -> dict:

@@ -8,6 +8,10 @@ gives absolute budgets instead. Each heuristic stops at its first failing ratio 
 left to evict; thrash: rematerialization compute above (overhead-limit - 1) x the baseline
 compute) unless --no-stop is given.
 
+Arguments are checked first, then every trace is read and its baseline replayed, before the
+first budgeted run. A bad argument or file is one line on stderr naming the option or the
+file (and line) and what is wrong, and exit status 2.
+
 examples:
   tritondtr simulate ../shared/traces/dtr-prototype/resnet32.log
   tritondtr simulate a.log b.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
@@ -19,16 +23,63 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import sys
 from pathlib import Path
+
+from ..units import parse_bytes
 
 DEFAULT_HEURISTICS = "dtr,dtr_eq,dtr_local,msps,lru,size"
 
 
-def _floats(text: str) -> list[float]:
+# Argument types: argparse reports their ArgumentTypeError as "argument --x: message".
+def _ratios(text: str) -> list[float]:
     try:
-        return [float(x) for x in text.replace(",", " ").split()]
+        ratios = [float(x) for x in text.replace(",", " ").split()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 1.0,0.5 got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected numbers like 1.0,0.5, got {text!r}") from None
+    if not ratios:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1.0,0.5, got {text!r}")
+    for r in ratios:
+        if not (r > 0 and math.isfinite(r)):
+            where = f" in {text!r}" if len(ratios) > 1 else ""
+            raise argparse.ArgumentTypeError(
+                f"a ratio of the baseline peak must be a finite number > 0, got {r:g}{where}"
+            )
+    return ratios
+
+
+def _budget(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _heuristics(text: str) -> list[str]:
+    from ..heuristics import get_heuristic
+
+    names = [h.strip() for h in text.split(",") if h.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected heuristic names like dtr,lru, got {text!r}")
+    for h in names:
+        try:
+            get_heuristic(h)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return names
+
+
+def _overhead_limit(text: str) -> float:
+    try:
+        limit = float(text)
+    except ValueError:
+        limit = math.nan
+    if not limit >= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected a multiple of the baseline compute >= 1.0 (2.0: twice), got {text!r}"
+        )
+    return limit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,19 +91,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--heuristics",
+        type=_heuristics,
         default=DEFAULT_HEURISTICS,
         help=f"comma-separated heuristic names (default: {DEFAULT_HEURISTICS}; "
         "also: random, and registered user heuristics)",
     )
     parser.add_argument(
         "--ratios",
-        type=_floats,
+        type=_ratios,
         default=None,
         help="comma-separated budgets as fractions of the baseline peak, run in "
         "the order given (default: 1.0,0.9,...,0.1)",
     )
     parser.add_argument(
         "--budget",
+        type=_budget,
         action="append",
         default=None,
         metavar="BYTES",
@@ -72,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--overhead-limit",
-        type=float,
+        type=_overhead_limit,
         default=2.0,
         help="a run thrashes when its total compute would exceed this multiple "
         "of the baseline compute (default: 2.0)",
@@ -108,27 +161,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ..traceformat.trace import TraceError
     from ..traceformat.trace_io import load_trace
-    from ..units import format_bytes, parse_bytes
+    from ..units import format_bytes
     from .baseline import baseline
     from .simulate import DEFAULT_RATIOS, simulate
 
-    heuristics = [h.strip() for h in args.heuristics.split(",") if h.strip()]
+    heuristics = args.heuristics
     ratios = args.ratios or list(DEFAULT_RATIOS)
-    budgets = [parse_bytes(b) for b in args.budget] if args.budget else None
+    budgets = args.budget
     points = budgets if budgets else ratios
-    reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    try:
+        reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    except OSError as e:
+        return _fail(f"--reference {args.reference}: {e.strerror or e}")
+    except ValueError as e:
+        return _fail(f"--reference {args.reference}: not a figure2-reference.json ({e})")
+    if reference is not None and not isinstance(reference, dict):
+        return _fail(f"--reference {args.reference}: expected a JSON object of traces")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _fail(f"--out {out}: cannot create the directory ({e.strerror or e})")
+
+    # Read every trace and replay its baseline before the first budgeted run: a bad file
+    # costs seconds, not the sweeps of the files before it.
+    loaded = []
+    for path in args.traces:
+        try:
+            trace = load_trace(path)
+        except TraceError as e:
+            return _fail(str(e))  # names the file and line (NOTE [ Trace files ] 5)
+        except OSError as e:
+            return _fail(f"{path}: {e.strerror or e}")
+        try:
+            base = baseline(trace)
+        except TraceError as e:
+            return _fail(f"{path}: {e}")
+        loaded.append((path, trace, base))
 
     sweeps, rows = {}, []
     bar = tqdm(
         total=len(args.traces) * len(heuristics) * len(points), unit="run", disable=args.no_progress
     )
-    for path in args.traces:
-        trace = load_trace(path)
+    for path, trace, base in loaded:
         name = trace.meta.get("name", Path(path).stem)
-        base = baseline(trace)
         print(
             f"{name}: {trace.num_ops} ops, {trace.num_tensors} tensors; baseline compute "
             f"{base.compute / 1e6:.1f} ms, peak {format_bytes(base.peak_bytes)}, constants "
@@ -214,6 +292,12 @@ def run(args: argparse.Namespace) -> int:
         plot_sweeps(sweeps, out / "figure2.png", reference=ref_curves or None)
         print(f"wrote {out}/figure2.png")
     return 0
+
+
+def _fail(message: str) -> int:
+    """Report input the user must fix: one line on stderr, no traceback; exit status 2."""
+    print(f"tritondtr simulate: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
 
 
 def _reference_lookup(reference):

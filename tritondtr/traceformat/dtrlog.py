@@ -20,11 +20,13 @@ turns every instruction into trace events, reading it the way the paper's simula
 # 6. At the end, every tensor still referenced under some name becomes an ``output`` event, in
 #    the order the names were first bound (the reference iterates its name table).
 # 7. ``TIME`` (ns) is the op cost; a numeric string or number, integer or not, is accepted.
+#    ``MEMORY`` and ``ALIAS`` are whole numbers (a string or a JSON integer, never truncated).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 
 from .builder import TraceBuilder
@@ -42,6 +44,12 @@ _INSTRUCTIONS = {
     "COPY_FROM",
     "RELEASE",
     "ANNOTATE",
+}
+_MAX_BYTES = 2**63 - 1  # sizes are int64
+_NUMBERS = {  # what each numeric field holds, for the messages
+    "TIME": "a number >= 0 (the op's cost in ns)",
+    "MEMORY": "a whole number of bytes >= 0 (and below 2**63)",
+    "ALIAS": "-1 or the position of the argument the result views",
 }
 
 
@@ -87,14 +95,30 @@ def _field(lines: _Lines, n: int, rec: dict, key: str, kind: type = str):
 
 
 def _number(lines: _Lines, n: int, rec: dict, key: str, *, integer: bool) -> float | int:
-    raw = rec.get(key)
-    try:
-        value = int(raw) if integer else float(raw)
-    except (TypeError, ValueError):
-        raise lines.error(n, f"field {key!r} must be a number, got {raw!r}") from None
-    if value < (-1 if key == "ALIAS" else 0) or value != value or value == float("inf"):
-        raise lines.error(n, f"field {key!r} is out of range: {raw!r}")
+    if key not in rec:
+        raise lines.error(
+            n, f"{rec['INSTRUCTION']} line lacks the field {key!r}: expected {_NUMBERS[key]}"
+        )
+    raw = rec[key]
+    value = _parse_number(raw, integer)
+    if (
+        value is None
+        or not value >= (-1 if key == "ALIAS" else 0)  # NaN fails too
+        or not (value <= _MAX_BYTES if integer else math.isfinite(value))
+    ):
+        raise lines.error(n, f"field {key!r} must be {_NUMBERS[key]}, got {raw!r}")
     return value
+
+
+def _parse_number(raw, integer: bool) -> float | int | None:
+    """A numeric string, as the logs write them, or a JSON number; None for anything else. An
+    integer field takes no float (``int(1.5)`` would truncate it) and no field takes a bool."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int) if integer else (str, int, float)):
+        return None
+    try:
+        return int(raw) if integer else float(raw)
+    except ValueError:
+        return None
 
 
 def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
@@ -115,7 +139,7 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
             raise TraceError(f"{source}:{lineno}: not valid JSON ({e})") from None
         if not isinstance(rec, dict) or "INSTRUCTION" not in rec:
             raise TraceError(f"{source}:{lineno}: expected a JSON object with an INSTRUCTION")
-        if rec["INSTRUCTION"] not in _INSTRUCTIONS:
+        if not isinstance(rec["INSTRUCTION"], str) or rec["INSTRUCTION"] not in _INSTRUCTIONS:
             raise TraceError(
                 f"{source}:{lineno}: unknown instruction {rec['INSTRUCTION']!r}; "
                 f"expected one of {sorted(_INSTRUCTIONS)}"

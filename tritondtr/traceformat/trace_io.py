@@ -13,6 +13,11 @@
 # 4. :func:`save_trace` picks the form from the file name: ``.npz`` columnar, ``.jsonl``
 #    JSON lines, either with ``.gz`` appended to compress (``.npz`` is zip-compressed already
 #    unless ``compress=False``).
+# 5. Every reading error is a :class:`TraceError` that starts with the file name (and the line
+#    for text forms): a damaged gzip or zip archive, an empty file, text that is not UTF-8,
+#    a structural error found by :meth:`Trace.validate`. A missing or unreadable file stays
+#    the ``OSError`` that ``open`` raises (it carries the file name). ``tritondtr simulate``
+#    prints these messages as they are, one line each.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import gzip
 import io
 import json
 import os
+import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -34,18 +41,39 @@ __all__ = ["detect_format", "load_trace", "save_trace"]
 
 _ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
 _EVENT_NAMES = {k: k.name.lower() for k in EventKind}
+_MAX_BYTES = 2**63 - 1  # sizes are int64
+# What a damaged .npz raises: a truncated file has no zip directory; a damaged one fails its
+# CRC or its npy header, or has flags zipfile does not implement (NotImplementedError) or
+# that claim encryption (RuntimeError).
+_ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 # --------------------------------------------------------------------------- loading
-def _read_bytes(path: str | os.PathLike) -> bytes:
+def _read_bytes(path: str | os.PathLike, source: str) -> bytes:
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, zlib.error) as e:  # truncated, or damaged on the way
+            raise TraceError(f"{source}: damaged gzip data ({e})") from None
     return data
 
 
 def detect_format(data: bytes) -> str:
     """``"npz"``, ``"jsonl"`` or ``"dtr-log"`` for (decompressed) file content."""
+    if not data.strip():
+        raise TraceError(
+            "the file is empty; expected a tritondtr .npz, a JSON lines trace or a DTR "
+            "prototype log (docs/trace-format.md)"
+        )
     if data[:2] == b"PK":
         return "npz"
     first = data.lstrip()[:4096].split(b"\n", 1)[0]
@@ -67,20 +95,29 @@ def detect_format(data: bytes) -> str:
 def load_trace(path: str | os.PathLike, *, validate: bool = True) -> Trace:
     """Load a trace in any supported form (NOTE [ Trace files ]); gzip is read transparently.
 
-    Raises :class:`TraceError` naming the file and, for text forms, the line that is wrong.
+    Raises :class:`TraceError` naming the file and, for text forms, the line that is wrong;
+    ``OSError`` (``FileNotFoundError``...) when the file cannot be read (NOTE [ Trace files ] 5).
     """
-    data = _read_bytes(path)
-    kind = detect_format(data)
     source = os.fspath(path)
+    data = _read_bytes(path, source)
+    try:
+        kind = detect_format(data)
+    except TraceError as e:
+        raise TraceError(f"{source}: {e}") from None
     if kind == "npz":
         trace = _load_npz(data, source)
     elif kind == "jsonl":
-        trace = _load_jsonl(_text_lines(data), source)
+        trace = _load_jsonl(_text_lines(data, source), source)
     else:
-        trace = read_dtr_log(_text_lines(data), source=source)  # validated by the importer
+        trace = read_dtr_log(_text_lines(data, source), source=source)  # validated there
         validate = False
     trace.meta.setdefault("name", _stem(Path(path).name))
-    return trace.validate() if validate else trace
+    if validate:
+        try:
+            trace.validate()
+        except TraceError as e:
+            raise TraceError(f"{source}: {e}") from None
+    return trace
 
 
 def _stem(name: str) -> str:
@@ -89,32 +126,58 @@ def _stem(name: str) -> str:
     return name
 
 
-def _text_lines(data: bytes) -> Iterator[str]:
-    return iter(data.decode("utf-8").splitlines())
+def _text_lines(data: bytes, source: str) -> Iterator[str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TraceError(
+            f"{source}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
+        ) from None
+    return iter(text.splitlines())
 
 
 def _load_npz(data: bytes, source: str) -> Trace:
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        missing = [k for k in (*_ARRAYS, "header") if k not in z.files]
-        if missing:
-            raise TraceError(f"{source}: not a tritondtr trace archive, missing {missing}")
-        header = json.loads(bytes(z["header"]).decode("utf-8"))
-        _check_header(header, source)
-        arrays = {k: z[k] for k in _ARRAYS}
-        names = _split(z["names"]) if "names" in z.files else []
-        annotations = _split(z["annotations"]) if "annotations" in z.files else []
-    return Trace(**arrays, names=names, annotations=annotations, meta=header.get("meta", {}))
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            missing = [k for k in (*_ARRAYS, "header") if k not in z.files]
+            if missing:
+                raise TraceError(f"{source}: not a tritondtr trace archive, missing {missing}")
+            blobs = {k: bytes(z[k]) for k in ("header", "names", "annotations") if k in z.files}
+            arrays = {k: z[k] for k in _ARRAYS}
+    except TraceError:
+        raise
+    except _ARCHIVE_ERRORS as e:
+        raise TraceError(
+            f"{source}: damaged or truncated .npz archive ({type(e).__name__}: {e})"
+        ) from None
+    try:
+        header = json.loads(blobs["header"].decode("utf-8"))
+        names, annotations = (_split(blobs.get(k, b"")) for k in ("names", "annotations"))
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise TraceError(f"{source}: damaged header or names in the archive ({e})") from None
+    _check_header(header, source)
+    try:
+        return Trace(**arrays, names=names, annotations=annotations, meta=header.get("meta", {}))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TraceError(f"{source}: an array has the wrong type ({e})") from None
 
 
-def _split(blob: np.ndarray) -> list[str]:
-    text = bytes(blob).decode("utf-8")
+def _split(blob: bytes) -> list[str]:
+    text = blob.decode("utf-8")
     return text.split("\n") if text else []
 
 
 def _check_header(header, source: str) -> None:
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise TraceError(f"{source}: header is not a {FORMAT_NAME} header: {header!r}")
-    if int(header.get("version", 0)) > FORMAT_VERSION:
+    try:
+        version = int(header.get("version", 0))
+    except (TypeError, ValueError):
+        raise TraceError(
+            f"{source}: header version must be an integer, got {header['version']!r}"
+        ) from None
+    if version > FORMAT_VERSION:
         raise TraceError(
             f"{source}: trace format version {header['version']} is newer than "
             f"this tritondtr reads ({FORMAT_VERSION}); upgrade tritondtr"
@@ -141,6 +204,8 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
             _check_header(rec, f"{source}:{n}")
             b = TraceBuilder(meta=rec.get("meta", {}))
             continue
+        if not isinstance(rec, dict):
+            raise TraceError(f"{source}:{n}: expected an event (a JSON object), got {text[:80]!r}")
         try:
             ev = rec["ev"]
             if ev in ("call", "constant"):
@@ -149,6 +214,13 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
                     if not isinstance(o, int) or o < 0 or o in ids:
                         raise TraceError(
                             f"{source}:{n}: output id {o!r} must be a new non-negative integer"
+                        )
+                sizes = rec["size"] if ev == "call" else [rec["size"]]
+                for s in sizes:
+                    if not isinstance(s, int) or isinstance(s, bool) or not 0 <= s <= _MAX_BYTES:
+                        raise TraceError(
+                            f"{source}:{n}: output size {s!r} must be a whole number of "
+                            "bytes >= 0 (and below 2**63)"
                         )
                 if ev == "constant":
                     new = [b.constant(rec["size"], name=rec.get("name", "constant"))]
