@@ -38,13 +38,18 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
             return derive(s.buf, t._view)
         session.depth += 1
         try:
+            observer = session.observer
             if s.buf is None:
+                if observer is not None:
+                    observer.materialized(s.sid)
                 core.materialize(s.sid)
                 core.unlock(s.sid)
             buf = s.buf
             if escape:
                 cell.storage = Storage(buf, s.nbytes, -1, None, -1, session)
                 core.hand_out(s.sid)
+                if observer is not None:
+                    observer.released(s.sid)
             return derive(buf, t._view)
         finally:
             session.depth -= 1
@@ -68,6 +73,8 @@ def freeze(session) -> None:
     if core.device is None:
         return
     session.drain()
+    if session.observer is not None:
+        session.observer.froze()
     with _disable_current_modes():
         session.depth += 1
         try:

@@ -1,47 +1,48 @@
-"""The recorder behind ``tritondtr.trace``: the session's observer, called once after each
-executed op, that writes the program into a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
+"""The recorder behind ``tritondtr.trace``: the session's observer, told of each executed op and
+of each event the session gives its DTR core from outside an op, that writes the program into
+a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 
 # NOTE [ Recording a trace ]
-# 1. The trace is the program, not the schedule: one CALL per op the session dispatched
-#    (after its first execution); evictions and rematerializations are not events. The
-#    runtime's own counters go into ``trace.meta["runtime"]`` for comparison.
+# 1. The trace is the program, not the schedule: one CALL per op the session tracked (after its
+#    first execution); evictions and rematerializations are not events, the core's own
+#    decisions. The runtime's counters go into ``trace.meta["runtime"]`` for comparison.
 # 2. One trace tensor per wrapper an op returns. A fresh output's size is the bytes of its
-#    untyped storage, as the runtime counts it (NOTE [ Budget accounting ] in core/core.py); a view
-#    (a return aliasing an argument, ``detach`` included) is an output with ``alias`` = that
-#    argument's input position and 0 bytes.
+#    untyped storage, as the core counts it (NOTE [ Budget accounting ]); a view (a return
+#    aliasing an argument, ``detach`` included) is an output with ``alias`` = that argument's
+#    input position and 0 bytes.
 # 3. An input wrapper maps to the trace tensor of its storage version with the same view
 #    geometry, else to that version's base tensor. Plain tensors an op reads (parameters,
 #    the batch, buffers handed out earlier) are constants, one per untyped storage, hoisted to
 #    the start of the trace (they exist before the iteration, NOTE [ Trace semantics ] 3).
 #    The recorder keeps those storages alive until it closes, so addresses stay unique.
-# 4. When the last wrapper of a buffer dies (a weakref callback, the moment the runtime queues
-#    the buffer for freeing, NOTE [ Storage lifetime ]), every trace tensor of its storage
-#    version is released, before the next recorded op, as the runtime frees it before the
-#    next op allocates. An in-place write is copy-on-write (docs/trace-format.md): the CALL
-#    outputs the new version (the whole storage), then the old version's tensors are released.
-# 5. An op that reads tracked storages but returns no tracked tensor (``.item()``, adding a
-#    gradient into a plain ``.grad``) gets one 0-byte output, released at once: a replay must
-#    still make its inputs resident. An op that touches no tracked storage is not recorded.
+# 4. Every event the core is given between ops is recorded where it happens, in order: the
+#    last wrapper of a buffer died or its buffer was handed out (a ``release`` of every trace
+#    tensor of that version), the core forgot a storage (``forget``), the program asked for a
+#    value outside an op (``materialize``, only when it was evicted), a write to a parameter
+#    froze the held storages (``freeze``). An in-place write is copy-on-write
+#    (docs/trace-format.md): the CALL outputs the new version with ``writes`` naming the
+#    input it replaces, then the old version's tensors are released.
+# 5. An op that returns no tracked tensor (``.item()``, adding a gradient into a plain
+#    ``.grad``, an op on plain tensors only) gets one 0-byte output flagged ``UNTRACKED``,
+#    released at once: the core still advanced its clock and made room for it.
 # 6. Costs are the runtime's own measurement of the op's first execution: host wall time in
-#    ns (on CUDA, launch time), the number the engine scores with.
-# 7. ``BACKWARD`` is annotated at the first op of each backward pass.
-# 8. Accounting (budget=None): ``baseline(trace).peak_bytes - constant_bytes`` equals the
-#    session's ``peak_bytes``, except that (a) an in-place write on a tracked buffer counts
-#    the new version before the old one is released (the simulator's copy-on-write, up to the
-#    bytes written by one op), and (b) a buffer handed out as a plain tensor (``unwrap``,
-#    ``.numpy()``, parameter writes) leaves the runtime's count at once but the trace's only
-#    when its last wrapper dies. ``meta["recorder"]["inplace_bytes_max"]`` bounds (a).
+#    ns (on CUDA, launch time), the number the core scores with.
+# 7. ``BACKWARD`` is annotated at the first op of each backward pass; each tensor created in
+#    one carries the ``BACKWARD`` flag, never-evicted ones ``PINNED``, overwritten inputs
+#    ``BLANK`` (NOTE [ Runtime annotations ]).
+# 8. So a replay of the trace in the runtime's semantics at the recorded budget and heuristic
+#    makes exactly the recorded run's decisions (NOTE [ The twin ] in sim/twin.py), unless the
+#    run hit an out-of-memory retry or an op raised (neither is recorded).
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..traceformat.builder import TraceBuilder
-from ..traceformat.trace import Trace
+from ..traceformat.trace import InputFlag, TensorFlag, Trace
 from .recipe import PLAIN, WRITE
 from .semantics import ONE, OTHER
 from .tensor import DTRTensor
@@ -52,29 +53,21 @@ if TYPE_CHECKING:
 __all__ = ["Recorder"]
 
 _in_backward = torch._C._current_graph_task_id
-_CALL, _RELEASE, _ANNOTATE = 0, 1, 2
+_CALL, _RELEASE, _ANNOTATE, _FORGET, _MATERIALIZE, _FREEZE = range(6)
+_PINNED, _BACKWARD, _UNTRACKED = int(TensorFlag.PINNED), int(TensorFlag.BACKWARD), 4
+_BLANK = int(InputFlag.BLANK)
 
 
 class _Version:
     """The trace tensors of one storage version: ``views`` maps a view geometry (None for
-    the whole buffer) to the tensor last made with it; ``tids`` are all of them."""
+    the whole buffer) to the tensor last made with it; ``tids`` are the unreleased ones."""
 
-    __slots__ = ("base", "ref", "tids", "views")
+    __slots__ = ("base", "tids", "views")
 
-    def __init__(self, storage, tid: int) -> None:
-        self.ref = weakref.ref(storage)
+    def __init__(self, tid: int) -> None:
         self.base = tid
         self.tids = [tid]
         self.views: dict = {None: tid}
-
-
-class _CellRec:
-    """Live wrappers of one cell and the version they see (NOTE [ Recording a trace ] 4)."""
-
-    __slots__ = ("count", "key", "version")
-
-    def __init__(self, key: int, version: _Version | None) -> None:
-        self.key, self.count, self.version = key, 0, version
 
 
 class Recorder:
@@ -83,31 +76,34 @@ class Recorder:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.core = session.core
         self.events: list[tuple] = []
         self.constants: list[tuple[int, int]] = []  # (tensor id, bytes)
         self.next_id = 0
-        self.versions: dict[int, _Version] = {}  # id(Storage) -> its trace tensors
-        self.cells: dict[int, _CellRec] = {}  # id(Cell) -> record
-        self.refs: dict[int, tuple] = {}  # id(weakref) -> (weakref to a wrapper, _CellRec)
+        self.versions: dict[int, _Version] = {}  # core sid -> its trace tensors
         self.const_of: dict[tuple, int] = {}  # (device, data_ptr) -> constant tensor id
         self.keep: list = []  # untyped storages of the constants (NOTE rule 3)
-        self.pending: list[_Version] = []  # versions whose last wrapper died
         self.backward = False
         self.closed = False
-        self.ops = self.skipped = self.inplace_bytes_max = 0
+        self.ops = self.untracked = self.inplace_bytes_max = 0
 
-    # ------------------------------------------------------------ observer hook
-    def op(self, info, args, kwargs, inputs, out, wrote, cost: float) -> None:
+    # ------------------------------------------------------------ observer hooks
+    def op(self, info, args, kwargs, inputs, out, wrote, cost: float, blanks) -> None:
         """Called by the session after each executed op (session.py ``_call``)."""
-        self._flush()
-        ins, tracked = [], False
+        ins = []
+        in_flags = [0] * len(inputs)
         for key, j, src, view, _, mode in inputs:
             if mode <= WRITE:
                 ins.append(self._input(src, view))
-                tracked = True
             else:  # a snapshot entry holds a copy: the constant is the caller's tensor
                 ins.append(self._constant(src if mode == PLAIN else _arg(args, kwargs, key, j)))
-        outs: list[tuple] = []  # (bytes, alias, wrapper or None, new storage or None)
+        for k, _ in blanks or ():
+            in_flags[k] = _BLANK
+        backward = _in_backward() >= 0
+        bw = _BACKWARD if backward else 0
+        pinned = self.core.pinned
+        # (bytes, alias, flags, writes, sid of a new storage or None, wrapper of a view)
+        outs: list[tuple] = []
         rets = info.rets
         res = [out] if len(rets) == 1 else list(out) if rets else []
         for r, (kind, view, wrote_arg) in enumerate(rets):
@@ -116,25 +112,28 @@ class Recorder:
             for w in [res[r]] if kind == ONE else list(res[r] or ()):
                 if type(w) is not DTRTensor or w._cell.session is not self.session:
                     continue
+                s = w._cell.storage
                 if view is None:
-                    outs.append((w._cell.storage.nbytes, -1, w, None))
+                    flags = bw | (_PINNED if pinned[s.sid] else 0)
+                    outs.append((s.nbytes, -1, flags, -1, s.sid, None))
                     continue
-                k = _position(inputs, view, w._cell.storage)
+                k = _position(inputs, view, s)
                 if k >= 0:  # a view of a tracked input
-                    outs.append((0, k, w, None))
+                    outs.append((0, k, 0, -1, None, w))
         olds, seen = [], set()
         for e, cell in zip((e for e in inputs if e.mode == WRITE), wrote):
             old = e.source
             if id(old) not in seen:
                 seen.add(id(old))
-                olds.append(self.versions.get(id(old)))
-                outs.append((cell.storage.nbytes, -1, None, cell))
-        if not outs:
-            if not tracked:
-                self.skipped += 1
-                return
-            outs.append((0, -1, None, None))
-        if _in_backward() >= 0:
+                olds.append(old.sid)
+                k = next(n for n, x in enumerate(inputs) if x.source is old)
+                s = cell.storage
+                flags = bw | (_PINNED if pinned[s.sid] else 0)
+                outs.append((s.nbytes, -1, flags, k, s.sid, None))
+        if not outs:  # NOTE [ Recording a trace ] rule 5
+            outs.append((0, -1, _UNTRACKED, -1, None, None))
+            self.untracked += 1
+        if backward:
             if not self.backward:
                 self.events.append((_ANNOTATE, "BACKWARD"))
                 self.backward = True
@@ -143,45 +142,70 @@ class Recorder:
         tids = list(range(self.next_id, self.next_id + len(outs)))
         self.next_id += len(outs)
         self.events.append(
-            (_CALL, info.name, ins, [o[0] for o in outs], [o[1] for o in outs], cost, tids)
+            (
+                _CALL,
+                info.name,
+                ins,
+                [o[0] for o in outs],
+                [o[1] for o in outs],
+                cost,
+                tids,
+                [o[2] for o in outs],
+                [o[3] for o in outs],
+                in_flags,
+            )
         )
         self.ops += 1
         written = 0
-        for tid, (nbytes, alias, w, cell) in zip(tids, outs):
-            if w is not None and alias < 0:  # a fresh output
-                self._watch(w, self._new_version(w._cell.storage, tid))
-            elif w is not None:  # a view: same cell as its source, same version
-                ver = self.versions.get(id(inputs[alias][2]))
+        for tid, (nbytes, alias, _, writes, sid, w) in zip(tids, outs):
+            if sid is not None:  # a fresh output or a new version written in place
+                self.versions[sid] = _Version(tid)
+                if writes >= 0:
+                    written += nbytes
+            elif w is not None:  # a view: same storage as its source
+                ver = self.versions.get(inputs[alias].source.sid)
                 if ver is not None:
                     ver.views[w._view] = tid
                     ver.tids.append(tid)
-                self._watch(w, ver)
-            elif cell is not None:  # a new version written in place
-                written += nbytes
-                ver = self._new_version(cell.storage, tid)
-                rec = self.cells.get(id(cell))
-                if rec is not None:
-                    rec.version = ver
-            else:  # NOTE [ Recording a trace ] rule 5
+            else:  # rule 5
                 self.events.append((_RELEASE, tid))
         self.inplace_bytes_max = max(self.inplace_bytes_max, written)
-        for ver in olds:
-            if ver is not None:
-                self._release(ver)
+        for sid in olds:
+            self.released(sid)
+
+    def released(self, sid: int) -> None:
+        """The core dropped ``sid`` for the program: its last wrapper died, or its buffer
+        was handed out (rule 4)."""
+        ver = self.versions.get(sid)
+        if ver is None or self.closed:
+            return
+        for tid in ver.tids:
+            self.events.append((_RELEASE, tid))
+        ver.tids = []
+
+    def forgot(self, sid: int) -> None:
+        ver = self.versions.pop(sid, None)
+        if ver is not None and not self.closed:
+            self.events.append((_FORGET, ver.base))
+
+    def materialized(self, sid: int) -> None:
+        ver = self.versions.get(sid)
+        if ver is not None and not self.closed:
+            self.events.append((_MATERIALIZE, ver.base))
+
+    def froze(self) -> None:
+        if not self.closed:
+            self.events.append((_FREEZE,))
 
     # ---------------------------------------------------------------- tensors
     def _input(self, storage, view) -> int:
-        ver = self.versions.get(id(storage))
-        if ver is None or ver.ref() is not storage or not ver.tids:
+        ver = self.versions.get(storage.sid)
+        if ver is None or not ver.tids:
             raise AssertionError(
                 "bug of tritondtr: the trace recorder has no tensor for a "
                 f"tracked input of {storage.nbytes} bytes"
             )
         return ver.views.get(view, ver.base)
-
-    def _new_version(self, storage, tid: int) -> _Version:
-        ver = self.versions[id(storage)] = _Version(storage, tid)
-        return ver
 
     def _constant(self, t: torch.Tensor) -> int:
         if t.layout is torch.strided:
@@ -197,47 +221,9 @@ class Recorder:
             self.keep.append(st)
         return tid
 
-    def _watch(self, w: DTRTensor, ver: _Version | None) -> None:
-        key = id(w._cell)
-        rec = self.cells.get(key)
-        if rec is None:
-            rec = self.cells[key] = _CellRec(key, ver)
-        rec.count += 1
-        ref = weakref.ref(w, self._died)
-        self.refs[id(ref)] = (ref, rec)
-
-    def _died(self, ref) -> None:
-        # May run inside any allocation: only bookkeeping on the recorder's own objects.
-        entry = self.refs.pop(id(ref), None)
-        if entry is None or self.closed:
-            return
-        rec = entry[1]
-        rec.count -= 1
-        if rec.count == 0:
-            if self.cells.get(rec.key) is rec:
-                del self.cells[rec.key]
-            if rec.version is not None:
-                self.pending.append(rec.version)
-
-    def _flush(self) -> None:
-        while self.pending:  # deaths during a release go to the next list
-            pending, self.pending = self.pending, []
-            for ver in pending:
-                self._release(ver)
-
-    def _release(self, ver: _Version) -> None:
-        for tid in ver.tids:
-            self.events.append((_RELEASE, tid))
-        ver.tids = []
-        s = ver.ref()
-        if s is not None and self.versions.get(id(s)) is ver:
-            del self.versions[id(s)]
-
     # ------------------------------------------------------------------ build
     def close(self) -> None:
-        self._flush()
         self.closed = True
-        self.refs.clear()
 
     def build(self, meta: dict) -> Trace:
         """The trace: constants first (creation order), then the events in order; tensors
@@ -247,13 +233,29 @@ class Recorder:
         for tid, nbytes in self.constants:
             ids[tid] = b.constant(nbytes)
         for ev in self.events:
-            if ev[0] == _CALL:
-                _, name, ins, sizes, aliases, cost, tids = ev
-                new = b.call(name, [ids[t] for t in ins], sizes=sizes, cost=cost, aliases=aliases)
+            k = ev[0]
+            if k == _CALL:
+                _, name, ins, sizes, aliases, cost, tids, flags, writes, in_flags = ev
+                new = b.call(
+                    name,
+                    [ids[t] for t in ins],
+                    sizes=sizes,
+                    cost=cost,
+                    aliases=aliases,
+                    flags=flags,
+                    writes=writes,
+                    in_flags=in_flags,
+                )
                 for t, n in zip(tids, new):
                     ids[t] = n
-            elif ev[0] == _RELEASE:
+            elif k == _RELEASE:
                 b.release(ids[ev[1]])
+            elif k == _FORGET:
+                b.forget(ids[ev[1]])
+            elif k == _MATERIALIZE:
+                b.materialize(ids[ev[1]])
+            elif k == _FREEZE:
+                b.freeze()
             else:
                 b.annotate(ev[1])
         return b.build()

@@ -284,7 +284,7 @@ class Session:
                     self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
                 )
             if self.observer is not None:
-                self.observer.op(info, args, kwargs, inputs, out, wrote, cost)
+                self.observer.op(info, args, kwargs, inputs, out, wrote, cost, blanks)
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
                 for k, desc in blanks:
                     inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
@@ -369,14 +369,19 @@ class Session:
 
     def drain(self) -> None:
         """Apply queued deaths (NOTE [ Storage lifetime ]); only between ops."""
-        dead, released, core = self.dead, self.released, self.core
+        dead, released, core, observer = self.dead, self.released, self.core, self.observer
         while dead or released:
             while dead:
                 s = dead.pop()
                 if s.recipe is not None:
                     core.release(s.sid)
+                    if observer is not None:
+                        observer.released(s.sid)
             while released:
-                core.forget(released.pop())
+                sid = released.pop()
+                if observer is not None:
+                    observer.forgot(sid)
+                core.forget(sid)
 
     # ------------------------------------------------------ the core's executor
     def recompute(self, sid: int) -> None:

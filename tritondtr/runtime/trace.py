@@ -97,7 +97,7 @@ class Recording:
             },
             "recorder": {
                 "ops": rec.ops,
-                "skipped_ops": rec.skipped,
+                "untracked_ops": rec.untracked,
                 "constants": len(rec.constants),
                 "inplace_bytes_max": rec.inplace_bytes_max,
             },

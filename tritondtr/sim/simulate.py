@@ -11,10 +11,20 @@ from ..units import parse_bytes
 from .baseline import Baseline, baseline
 from .program import compile_trace
 from .replay import replay_program
+from .twin import replay_runtime
 
-__all__ = ["DEFAULT_RATIOS", "SimResult", "make_engine", "simulate", "sweep"]
+__all__ = [
+    "DEFAULT_RATIOS",
+    "SEMANTICS",
+    "SimResult",
+    "make_engine",
+    "runtime_peak",
+    "simulate",
+    "sweep",
+]
 
 DEFAULT_RATIOS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+SEMANTICS = ("paper", "runtime")
 
 
 @dataclass(frozen=True)
@@ -69,12 +79,14 @@ def simulate(
     *,
     ratio: float | None = None,
     budget: int | str | None = None,
-    overhead_limit: float = 2.0,
+    overhead_limit: float | None = 2.0,
     backend: str = "auto",
     device=None,
     seed: int = 0,
     ties: str = "slot",
     engine_factory: Callable[..., object] | None = None,
+    semantics: str = "paper",
+    pin_backward: bool | None = None,
 ) -> SimResult:
     """Replay ``trace`` under a memory budget with one heuristic.
 
@@ -82,15 +94,30 @@ def simulate(
     or a string such as ``"2GiB"``). ``ties="simrd"`` breaks score ties in the reference
     simulator's order instead of the engine's lowest slot id (NOTE [ Tie order ]).
     ``engine_factory(heuristic)`` replaces the default engine (tests, instrumented engines).
-    Returns a :class:`SimResult`.
+
+    ``semantics``: ``"paper"`` (NOTE [ Replay semantics ], the DTR paper's simulator: every
+    storage counted, constants included) or ``"runtime"`` (NOTE [ The twin ]: the runtime's
+    own DTR core; the budget counts tracked storages only, the number ``tritondtr.enable``
+    takes, and ``ratio`` is of the runtime's unlimited peak, :func:`runtime_peak`). In
+    runtime semantics ``pin_backward`` defaults to the recorded run's setting (else True),
+    ``overhead_limit=None`` means none (the runtime has none; it raises ThrashError), and
+    ``ties`` and ``engine_factory`` do not apply. Returns a :class:`SimResult`.
     """
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
-    if not overhead_limit >= 1.0:
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+    if overhead_limit is not None and not overhead_limit >= 1.0:
         raise ValueError(
             f"overhead_limit must be >= 1.0 (a multiple of the baseline compute), "
             f"got {overhead_limit!r}"
         )
+    if semantics == "runtime":
+        return _simulate_runtime(
+            trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward
+        )
+    if overhead_limit is None:
+        raise ValueError("the paper's semantics needs an overhead_limit (>= 1.0)")
     base = baseline(trace)
     nbytes = base.budget(ratio) if ratio is not None else parse_bytes(budget)
     prog = compile_trace(trace)
@@ -121,6 +148,62 @@ def simulate(
         remat_compute=stats.remat_compute,
         selections=stats.selections,
         scorings=int(getattr(engine, "selections", -1)),
+        wall_s=stats.wall_s,
+    )
+
+
+def runtime_peak(trace: Trace, pin_backward: bool | None = None) -> int:
+    """The runtime's unlimited peak of ``trace``: the most bytes of tracked storages resident
+    at once with ``budget=None`` (NOTE [ The twin ] rule 5); what ratios multiply in runtime
+    semantics."""
+    stats, _ = replay_runtime(
+        trace, "dtr_eq", None, pin_backward=_pin_backward(trace, pin_backward)
+    )
+    return stats.peak_bytes
+
+
+def _pin_backward(trace: Trace, given: bool | None) -> bool:
+    if given is not None:
+        return bool(given)
+    return bool(trace.meta.get("runtime", {}).get("pin_backward", True))
+
+
+def _simulate_runtime(
+    trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward
+) -> SimResult:
+    pin = _pin_backward(trace, pin_backward)
+    if ratio is not None:
+        if not (math.isfinite(ratio) and ratio > 0):
+            raise ValueError(f"ratio must be a finite number > 0, got {ratio!r}")
+        nbytes = int(ratio * runtime_peak(trace, pin))
+    else:
+        nbytes = parse_bytes(budget)
+    compute = trace.total_cost()
+    limit = None if overhead_limit is None else compute * (overhead_limit - 1.0)
+    stats, core = replay_runtime(
+        trace,
+        heuristic,
+        nbytes,
+        backend=backend,
+        device=device,
+        pin_backward=pin,
+        remat_limit=limit,
+    )
+    return SimResult(
+        trace=str(trace.meta.get("name", trace.meta.get("source", "trace"))),
+        heuristic=str(getattr(heuristic, "value", heuristic)),
+        ratio=ratio,
+        budget=nbytes,
+        status=stats.status,
+        overhead=stats.clock / compute if compute > 0 else math.nan,
+        compute=stats.clock,
+        peak_bytes=stats.peak_bytes,
+        evictions=stats.evictions,
+        eager_evictions=stats.eager_evictions,
+        remats=stats.remats,
+        remat_compute=stats.remat_compute,
+        selections=stats.selections,
+        scorings=-1 if core.engine is None else core.engine.selections,
         wall_s=stats.wall_s,
     )
 

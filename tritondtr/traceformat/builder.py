@@ -40,6 +40,9 @@ class TraceBuilder:
         self._out_ptr: list[int] = [0]
         self._size: list[int] = []
         self._alias: list[int] = []
+        self._flags: list[int] = []
+        self._writes: list[int] = []
+        self._in_flags: list[int] = []
         self._refs: list[int] = []
         self._op_of: list[int] = []
         self._names: dict[str, int] = {}
@@ -78,18 +81,29 @@ class TraceBuilder:
         sizes: Sequence[int],
         cost: float,
         aliases: Sequence[int] | None = None,
+        *,
+        flags: Sequence[int] | None = None,
+        writes: Sequence[int] | None = None,
+        in_flags: Sequence[int] | None = None,
     ) -> list[int]:
         """An operator call; returns the ids of its ``len(sizes)`` outputs.
 
         ``sizes[i]`` is the bytes of output i's fresh storage; ``aliases[i]`` (default -1) is
         the position in ``inputs`` whose storage output i views, in which case its size is
         ignored. In-place ops are recorded copy-on-write: a call whose output is the new
-        version, then ``release`` of the old one (as the DTR log importer does).
+        version, then ``release`` of the old one (as the DTR log importer does). ``flags``
+        (per output), ``writes`` (per output) and ``in_flags`` (per input) are the runtime's
+        annotations (NOTE [ Runtime annotations ]; default 0, -1 and 0).
         """
         if aliases is None:
             aliases = (-1,) * len(sizes)
         if len(aliases) != len(sizes):
             raise TraceError(f"call {name!r}: {len(sizes)} sizes but {len(aliases)} aliases")
+        for what, col, n in (("flags", flags, sizes), ("writes", writes, sizes)):
+            if col is not None and len(col) != len(n):
+                raise TraceError(f"call {name!r}: {len(sizes)} sizes but {len(col)} {what}")
+        if in_flags is not None and len(in_flags) != len(inputs):
+            raise TraceError(f"call {name!r}: {len(inputs)} inputs but {len(in_flags)} in_flags")
         if not sizes:
             raise TraceError(f"call {name!r}: an op needs at least one output")
         for t in inputs:
@@ -100,7 +114,27 @@ class TraceBuilder:
                     f"call {name!r}: alias {a} is not -1 or an input position "
                     f"(0..{len(inputs) - 1})"
                 )
-        return self._op(EventKind.CALL, name, inputs, sizes, aliases, cost)
+        first = len(self._size)
+        new = self._op(EventKind.CALL, name, inputs, sizes, aliases, cost)
+        if flags is not None:
+            self._flags[first:] = [int(f) for f in flags]
+        if writes is not None:
+            self._writes[first:] = [int(w) for w in writes]
+        if in_flags is not None:
+            self._in_flags[len(self._in_flags) - len(inputs) :] = [int(f) for f in in_flags]
+        return new
+
+    def forget(self, tensor: int) -> None:
+        """The runtime forgot the storage of ``tensor`` (NOTE [ Runtime annotations ] 4)."""
+        self._event(EventKind.FORGET, self._tensor(tensor, "forget"))
+
+    def materialize(self, tensor: int) -> None:
+        """The program asked for the value of ``tensor`` outside an op."""
+        self._event(EventKind.MATERIALIZE, self._tensor(tensor, "materialize"))
+
+    def freeze(self) -> None:
+        """The runtime made every held storage external (NOTE [ Parameter writes ])."""
+        self._event(EventKind.FREEZE, 0)
 
     def retain(self, tensor: int) -> None:
         """One more reference to ``tensor`` (a new handle to it)."""
@@ -146,6 +180,9 @@ class TraceBuilder:
             out_ptr=np.array(self._out_ptr, dtype=np.int64),
             size=np.array(self._size, dtype=np.int64),
             alias=np.array(self._alias, dtype=np.int32),
+            flags=np.array(self._flags, dtype=np.int8),
+            writes=np.array(self._writes, dtype=np.int32),
+            in_flags=np.array(self._in_flags, dtype=np.int8),
             names=list(self._names),
             annotations=list(self._annotations),
             meta=dict(self.meta),
@@ -160,6 +197,7 @@ class TraceBuilder:
         self._cost.append(cost)
         self._name.append(self._names.setdefault(str(name), len(self._names)))
         self._inputs.extend(int(t) for t in inputs)
+        self._in_flags.extend([0] * len(inputs))
         self._in_ptr.append(len(self._inputs))
         first = len(self._size)
         for s, a in zip(sizes, aliases):
@@ -168,6 +206,8 @@ class TraceBuilder:
                 raise TraceError(f"op {name!r}: output size must be >= 0 bytes, got {s}")
             self._size.append(0 if a >= 0 else s)
             self._alias.append(int(a))
+            self._flags.append(0)
+            self._writes.append(-1)
             self._refs.append(1)
             self._op_of.append(op)
         self._out_ptr.append(len(self._size))

@@ -17,6 +17,22 @@ as they are; :mod:`tritondtr.traceformat.trace_io` reads and writes them.
 #    loss, gradients, updated state); each is made resident once and then pinned.
 # 5. Ops appear in the event stream in id order, each exactly once, and only use tensors
 #    created by earlier ops; every tensor event names a tensor that already exists.
+
+# NOTE [ Runtime annotations ]
+# A trace recorded by ``tritondtr.trace`` also says what the runtime's DTR core saw, so that a
+# replay in the runtime's semantics (``semantics="runtime"``, NOTE [ The twin ] in
+# sim/twin.py) makes exactly the runtime's decisions. The paper's semantics ignores all of it.
+# 1. ``flags`` per tensor (:class:`TensorFlag`): ``PINNED``, never evicted (never_evict);
+#    ``BACKWARD``, created during a backward pass; ``UNTRACKED``, a placeholder output of an
+#    op whose results the runtime did not track (NOTE [ Recording a trace ] rule 5).
+# 2. ``writes`` per tensor: -1, or the input position whose storage this output is the new
+#    in-place version of; the runtime drops the old version just before it tracks the new.
+# 3. ``in_flags`` per op input (:class:`InputFlag`): ``BLANK``, the op overwrote that input
+#    entirely, so the new version does not depend on it (NOTE [ Overwriting ops ]).
+# 4. Events: ``forget`` (the runtime forgot the storage of that tensor: nothing refers to it
+#    any more), ``materialize`` (the program asked for that tensor's value outside an op),
+#    ``freeze`` (NOTE [ Parameter writes ]). A ``release`` of a tensor's last reference is
+#    the moment the runtime freed its buffer.
 """
 
 from __future__ import annotations
@@ -27,10 +43,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["EventKind", "Trace", "TraceError"]
+__all__ = ["EventKind", "InputFlag", "TensorFlag", "Trace", "TraceError"]
 
 FORMAT_NAME = "tritondtr-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: NOTE [ Runtime annotations ]; version 1 files read as before
 
 
 class TraceError(ValueError):
@@ -46,10 +62,33 @@ class EventKind(enum.IntEnum):
     RELEASE = 3  # arg: tensor id (one reference fewer)
     OUTPUT = 4  # arg: tensor id (make resident and pin, NOTE [ Trace semantics ] 4)
     ANNOTATE = 5  # arg: index into ``annotations`` (e.g. "BACKWARD"; informational)
+    FORGET = 6  # arg: tensor id (NOTE [ Runtime annotations ] 4)
+    MATERIALIZE = 7  # arg: tensor id
+    FREEZE = 8  # arg: 0
+
+
+class TensorFlag(enum.IntFlag):
+    """Bits of the ``flags`` column (NOTE [ Runtime annotations ] 1)."""
+
+    PINNED = 1
+    BACKWARD = 2
+    UNTRACKED = 4
+
+
+class InputFlag(enum.IntFlag):
+    """Bits of the ``in_flags`` column (NOTE [ Runtime annotations ] 3)."""
+
+    BLANK = 1
 
 
 _OP_KINDS = (EventKind.CALL, EventKind.CONSTANT)
-_TENSOR_KINDS = (EventKind.RETAIN, EventKind.RELEASE, EventKind.OUTPUT)
+_TENSOR_KINDS = (
+    EventKind.RETAIN,
+    EventKind.RELEASE,
+    EventKind.OUTPUT,
+    EventKind.FORGET,
+    EventKind.MATERIALIZE,
+)
 
 
 @dataclass(eq=False)
@@ -68,6 +107,9 @@ class Trace:
     out_ptr         [O+1] int64 outputs of op o are tensors ``out_ptr[o]..out_ptr[o+1]-1``
     size            [T] int64   bytes of the fresh storage an output allocates (0 for views)
     alias           [T] int32   -1, or the input position of op o whose storage it views
+    flags           [T] int8    :class:`TensorFlag` bits (NOTE [ Runtime annotations ])
+    writes          [T] int32   -1, or the input position this output is a new version of
+    in_flags        [I] int8    :class:`InputFlag` bits per op input
     ==============  ==========  =======================================================
 
     ``names`` are op names (``aten::mm``, ``constant``), ``annotations`` the texts of
@@ -87,6 +129,9 @@ class Trace:
     names: list[str] = field(default_factory=list)
     annotations: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    flags: np.ndarray | None = None  # None: all 0
+    writes: np.ndarray | None = None  # None: all -1
+    in_flags: np.ndarray | None = None  # None: all 0
 
     def __post_init__(self) -> None:
         self.kind = np.ascontiguousarray(self.kind, dtype=np.int8)
@@ -98,6 +143,10 @@ class Trace:
         self.out_ptr = np.ascontiguousarray(self.out_ptr, dtype=np.int64)
         self.size = np.ascontiguousarray(self.size, dtype=np.int64)
         self.alias = np.ascontiguousarray(self.alias, dtype=np.int32)
+        n_t, n_in = self.size.shape[0], self.inputs.shape[0]
+        self.flags = _column(self.flags, n_t, np.int8, 0)
+        self.writes = _column(self.writes, n_t, np.int32, -1)
+        self.in_flags = _column(self.in_flags, n_in, np.int8, 0)
         self.names = list(self.names)
         self.annotations = list(self.annotations)
 
@@ -263,12 +312,43 @@ class Trace:
                 f"tensor {self.arg[bad[0]]} does not exist yet"
             ),
         )
+        # NOTE [ Runtime annotations ].
+        _check(
+            self.flags.shape == (n_t,) and self.writes.shape == (n_t,),
+            f"flags and writes must have {n_t} entries (one per tensor)",
+        )
+        _check(
+            self.in_flags.shape == self.inputs.shape,
+            f"in_flags must have {self.inputs.shape[0]} entries (one per op input)",
+        )
+        bad = np.flatnonzero((self.flags < 0) | (self.flags > sum(TensorFlag)))
+        _check(bad.size == 0, lambda: f"tensor {bad[0]}: unknown flags {self.flags[bad[0]]}")
+        bad = np.flatnonzero((self.in_flags < 0) | (self.in_flags > sum(InputFlag)))
+        _check(bad.size == 0, lambda: f"input {bad[0]}: unknown in_flags {self.in_flags[bad[0]]}")
+        bad = np.flatnonzero(
+            (self.writes < -1)
+            | (self.writes >= n_in[op_of_tensor])
+            | ((self.writes >= 0) & (self.alias >= 0))
+        )
+        _check(
+            bad.size == 0,
+            lambda: (
+                f"tensor {bad[0]} (op {op_of_tensor[bad[0]]}): writes {self.writes[bad[0]]} "
+                "is not -1 or an input position of its op (and a view writes nothing)"
+            ),
+        )
         ann = self.arg[self.kind == EventKind.ANNOTATE]
         _check(
             ann.size == 0 or (ann.min() >= 0 and ann.max() < len(self.annotations)),
             "an ANNOTATE event indexes past the annotations list",
         )
         return self
+
+
+def _column(a, n: int, dtype, fill) -> np.ndarray:
+    if a is None:
+        return np.full(n, fill, dtype=dtype)
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 def _check(ok, message) -> None:

@@ -40,6 +40,7 @@ from .trace import FORMAT_NAME, FORMAT_VERSION, EventKind, Trace, TraceError
 __all__ = ["detect_format", "load_trace", "save_trace"]
 
 _ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
+_ANNOTATIONS = ("flags", "writes", "in_flags")  # version 2, optional (NOTE [ Runtime annotations ])
 _EVENT_NAMES = {k: k.name.lower() for k in EventKind}
 _MAX_BYTES = 2**63 - 1  # sizes are int64
 # What a damaged .npz raises: a truncated file has no zip directory; a damaged one fails its
@@ -144,7 +145,7 @@ def _load_npz(data: bytes, source: str) -> Trace:
             if missing:
                 raise TraceError(f"{source}: not a tritondtr trace archive, missing {missing}")
             blobs = {k: bytes(z[k]) for k in ("header", "names", "annotations") if k in z.files}
-            arrays = {k: z[k] for k in _ARRAYS}
+            arrays = {k: z[k] for k in (*_ARRAYS, *_ANNOTATIONS) if k in z.files}
     except TraceError:
         raise
     except _ARCHIVE_ERRORS as e:
@@ -226,10 +227,21 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
                     new = [b.constant(rec["size"], name=rec.get("name", "constant"))]
                 else:
                     ins = [tid(n, t) for t in rec["in"]]
-                    new = b.call(rec["name"], ins, rec["size"], rec["cost"], rec.get("alias"))
+                    new = b.call(
+                        rec["name"],
+                        ins,
+                        rec["size"],
+                        rec["cost"],
+                        rec.get("alias"),
+                        flags=rec.get("flags"),
+                        writes=rec.get("writes"),
+                        in_flags=rec.get("in_flags"),
+                    )
                 ids.update(zip(outs, new))
-            elif ev in ("retain", "release", "output"):
+            elif ev in ("retain", "release", "output", "forget", "materialize"):
                 getattr(b, ev)(tid(n, rec["t"]))
+            elif ev == "freeze":
+                b.freeze()
             elif ev == "annotate":
                 b.annotate(rec["text"])
             else:
@@ -274,7 +286,7 @@ def save_trace(trace: Trace, path: str | os.PathLike, *, compress: bool = True) 
 
 def _npz_bytes(trace: Trace, compress: bool) -> bytes:
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "meta": trace.meta}
-    arrays = {k: getattr(trace, k) for k in _ARRAYS}
+    arrays = {k: getattr(trace, k) for k in (*_ARRAYS, *_ANNOTATIONS)}
     for key, texts in (("names", trace.names), ("annotations", trace.annotations)):
         if any("\n" in t for t in texts):
             raise TraceError(f"{key} must not contain newlines")
@@ -291,6 +303,7 @@ def _jsonl_lines(trace: Trace) -> Iterator[str]:
     in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
     out_ptr, size, alias = trace.out_ptr.tolist(), trace.size.tolist(), trace.alias.tolist()
     cost, name = trace.op_cost.tolist(), trace.op_name.tolist()
+    flags, writes, in_flags = trace.flags.tolist(), trace.writes.tolist(), trace.in_flags.tolist()
     names = trace.names or ["op"]
     for k, a in zip(kind, arg):
         if k == EventKind.CONSTANT:
@@ -307,8 +320,17 @@ def _jsonl_lines(trace: Trace) -> Iterator[str]:
                 "alias": alias[lo:hi],
                 "cost": cost[a],
             }
+            # NOTE [ Runtime annotations ]: written only where they are not the default.
+            if any(flags[lo:hi]):
+                rec["flags"] = flags[lo:hi]
+            if any(w >= 0 for w in writes[lo:hi]):
+                rec["writes"] = writes[lo:hi]
+            if any(in_flags[in_ptr[a] : in_ptr[a + 1]]):
+                rec["in_flags"] = in_flags[in_ptr[a] : in_ptr[a + 1]]
         elif k == EventKind.ANNOTATE:
             rec = {"ev": "annotate", "text": trace.annotations[a]}
+        elif k == EventKind.FREEZE:
+            rec = {"ev": "freeze"}
         else:
             rec = {"ev": _EVENT_NAMES[EventKind(k)], "t": a}
         yield json.dumps(rec, separators=(",", ":")) + "\n"

@@ -1,0 +1,242 @@
+"""The runtime's twin: a trace replayed through the DTR core, as the runtime runs a program.
+
+# NOTE [ The twin ]
+# 1. ``semantics="runtime"`` drives one :class:`tritondtr.core.Core`, the object the runtime's
+#    session drives, with the same calls in the same order; its executor only counts. So
+#    every rule of the runtime (lazy engine, backward pins, the rematerialization plan, "a
+#    recomputation is not a use", lock relaxation, thrash detection, ...) is the twin's too,
+#    written once.
+# 2. A CALL is the session's ``_call``: ``prepare``; ``use`` of every input that is a
+#    tracked storage, in input order (duplicates too); ``begin``; the locks taken are
+#    released; then per output in order: a view adds nothing, an ``UNTRACKED`` placeholder
+#    nothing, an output that ``writes`` input k first hands out k's storage, and every other
+#    output is a ``new`` storage of the op's cost whose parents are the tracked inputs not
+#    flagged ``BLANK``; then ``end``. Constants are external: never used, never counted.
+# 3. Between ops: the last ``release`` of a storage's tensors releases it (its buffer is
+#    freed, it stays recomputable), ``forget`` forgets it, ``materialize`` makes it resident
+#    (and unlocks it), ``freeze`` freezes. ``output``, ``retain`` of a released storage and
+#    ``annotate`` change nothing.
+# 4. For a trace recorded by ``tritondtr.trace(budget=B, heuristic=H)``, a replay at B and H
+#    makes exactly the recorded run's evictions and rematerializations and reaches its peak
+#    (NOTE [ Recording a trace ] rule 8; tests/test_sim_twin.py). Other traces (the DTR
+#    authors' logs, generated ones) carry no annotations: nothing is pinned or made in a
+#    backward pass, and storages are never forgotten (as in the paper's simulator).
+# 5. Accounting is the runtime's: the bytes of the tracked storages resident, constants
+#    excluded (NOTE [ Budget accounting ]), so a budget here is the number ``enable(budget=)``
+#    takes. The clock (``compute``) adds each op's cost once and each recomputation's again.
+# 6. Failure: ``oom`` when the core raises BudgetError, ``thrash`` when it raises
+#    ThrashError or, with an ``overhead_limit``, when the recomputation cost exceeds
+#    ``(overhead_limit - 1) x`` the trace's compute.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+import torch
+
+from ..core import BudgetError, Core, ThrashError
+from ..residency import EXTERNAL, RESIDENT
+from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
+from .replay import RunStats
+
+__all__ = ["replay_runtime"]
+
+_CALL, _RELEASE, _RETAIN = int(EventKind.CALL), int(EventKind.RELEASE), int(EventKind.RETAIN)
+_FORGET, _MATERIALIZE, _FREEZE = (
+    int(EventKind.FORGET),
+    int(EventKind.MATERIALIZE),
+    int(EventKind.FREEZE),
+)
+_PINNED, _BACKWARD, _UNTRACKED = (int(f) for f in TensorFlag)
+_BLANK = int(InputFlag.BLANK)
+_BLOCK = 4096  # events between two ``on_event`` calls
+
+
+class _Overhead(Exception):
+    """Rule 6: the recomputations exceeded the overhead limit."""
+
+
+class _Counter:
+    """The twin's executor: a recomputation only adds its op's cost (rule 5)."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.core: Core | None = None
+        self.limit = limit
+        self.remat_compute = 0.0
+
+    def recompute(self, sid: int) -> None:
+        self.remat_compute += self.core.cost[sid]
+        if self.limit is not None and self.remat_compute > self.limit:
+            raise _Overhead
+
+    def free(self, sid: int) -> None:
+        pass
+
+    def keep(self, sid: int) -> None:
+        pass
+
+
+def replay_runtime(
+    trace: Trace,
+    heuristic,
+    budget: int | None,
+    *,
+    backend: str = "auto",
+    device: torch.device | str | None = None,
+    stress: bool = False,
+    pin_backward: bool = True,
+    remat_limit: float | None = None,
+    on_event: Callable[[int], None] | None = None,
+) -> tuple[RunStats, Core]:
+    """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
+    of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
+    run stops as ``thrash``. Returns the run's counters and the core (its ``stats``, its
+    engine's scorings)."""
+    counter = _Counter(remat_limit)
+    core = Core(
+        budget, heuristic, counter, backend=backend, stress=stress, pin_backward=pin_backward
+    )
+    counter.core = core
+    run = _Twin(trace, core, torch.device(device or "cpu"))
+    collecting = gc.isenabled()
+    gc.disable()  # the replay makes no reference cycles (see replay.py)
+    t0 = time.perf_counter()
+    status = "ok"
+    try:
+        run.run(on_event)
+    except ThrashError:
+        status = "thrash"
+    except BudgetError:
+        status = "oom"
+    except _Overhead:
+        status = "thrash"
+    finally:
+        if collecting:
+            gc.enable()
+    st = core.stats
+    stats = RunStats(
+        status=status,
+        clock=run.compute + counter.remat_compute,
+        peak_bytes=st.peak_bytes,
+        evictions=st.evictions,
+        eager_evictions=st.freed,
+        remats=st.rematerializations,
+        remat_compute=counter.remat_compute,
+        selections=st.evictions,
+        wall_s=time.perf_counter() - t0,
+    )
+    return stats, core
+
+
+class _Twin:
+    """The state of one replay: per tensor, its storage's base tensor; per base tensor, the
+    core id of its storage and the references its tensors hold."""
+
+    def __init__(self, trace: Trace, core: Core, device: torch.device) -> None:
+        self.t = trace
+        self.core = core
+        self.device = device
+        n = trace.num_tensors
+        self.base = [-1] * n  # -1: a constant or an untracked placeholder
+        self.sid = [-1] * n  # per base tensor; -1 once forgotten
+        self.refs = [0] * n  # per base tensor
+        self.compute = 0.0
+        tr = trace
+        self.in_ptr, self.inputs = tr.in_ptr.tolist(), tr.inputs.tolist()
+        self.in_flags = tr.in_flags.tolist()
+        self.out_ptr, self.size, self.alias = (
+            tr.out_ptr.tolist(),
+            tr.size.tolist(),
+            tr.alias.tolist(),
+        )
+        self.flags, self.writes = tr.flags.tolist(), tr.writes.tolist()
+        self.cost = tr.op_cost.tolist()
+        names = tr.names or ["op"]
+        self.name = [names[i] for i in tr.op_name.tolist()] if tr.names else ["op"] * tr.num_ops
+
+    def run(self, on_event) -> None:
+        core, base, sid_of, refs = self.core, self.base, self.sid, self.refs
+        kinds, args = self.t.kind.tolist(), self.t.arg.tolist()
+        call = self._call
+        for i in range(0, len(kinds), _BLOCK):
+            if on_event is not None:
+                on_event(i)
+            for k, a in zip(kinds[i : i + _BLOCK], args[i : i + _BLOCK]):
+                if k == _CALL:
+                    call(a)
+                elif k == _RELEASE:
+                    b = base[a]
+                    if b >= 0:
+                        r = refs[b] = refs[b] - 1
+                        if r == 0 and sid_of[b] >= 0:
+                            core.release(sid_of[b])
+                elif k == _FORGET:
+                    b = base[a]
+                    if b >= 0 and sid_of[b] >= 0:
+                        core.forget(sid_of[b])
+                        sid_of[b] = -1
+                elif k == _MATERIALIZE:
+                    b = base[a]
+                    s = sid_of[b] if b >= 0 else -1
+                    if s >= 0 and core.state[s] != RESIDENT and core.state[s] != EXTERNAL:
+                        core.materialize(s)
+                        core.unlock(s)
+                elif k == _FREEZE:
+                    if core.device is not None:
+                        core.freeze()
+                elif k == _RETAIN:
+                    b = base[a]
+                    if b >= 0:
+                        refs[b] += 1
+
+    def _call(self, o: int) -> None:
+        """NOTE [ The twin ] rule 2."""
+        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
+        inputs, in_flags = self.inputs, self.in_flags
+        lo, hi = self.in_ptr[o], self.in_ptr[o + 1]
+        core.prepare()
+        locked, parents = [], []
+        for p in range(lo, hi):
+            b = base[inputs[p]]
+            if b < 0:
+                continue
+            s = sid_of[b]
+            if s < 0 or state[s] == EXTERNAL:
+                continue
+            if core.use(s):
+                locked.append(s)
+            if not in_flags[p] & _BLANK:
+                parents.append(s)
+        name = self.name[o]
+        core.begin(name)
+        for s in locked:
+            core.unlock(s)
+        parents = tuple(parents)
+        cost = self.cost[o]
+        self.compute += cost
+        refs, flags, writes = self.refs, self.flags, self.writes
+        bw = core.pin_backward
+        for t in range(self.out_ptr[o], self.out_ptr[o + 1]):
+            a = self.alias[t]
+            if a >= 0:
+                b = base[t] = base[inputs[lo + a]]
+                if b >= 0:
+                    refs[b] += 1
+                continue
+            f = flags[t]
+            if f & _UNTRACKED:
+                continue
+            w = writes[t]
+            if w >= 0:
+                core.hand_out(sid_of[base[inputs[lo + w]]])
+            if core.device is None:
+                core.start(self.device)
+            sid_of[t] = core.new(
+                self.size[t], cost, parents, name, bool(f & _PINNED), bw and bool(f & _BACKWARD)
+            )
+            base[t] = t
+            refs[t] = 1
+        core.end()
