@@ -25,6 +25,21 @@
 # 2. Handing a buffer out (``unwrap``, ``.numpy()``, ``data_ptr()``, gradients of parameters)
 #    moves it to an external storage the pool no longer counts or evicts; the old version
 #    stays in the graph, evicted, for its dependents.
+
+# NOTE [ Nested sessions ]
+# 1. Sessions do not nest: entering one while another tritondtr session is active on this
+#    thread raises ``RuntimeError`` before anything is intercepted, and says what to do
+#    (one session around the whole step, or exit the outer one first).
+# 2. Why not join the outer session with the inner one's options: a session is one pool, one
+#    budget and one set of statistics. Two pools side by side each count only their own
+#    storages, so neither budget bounds what the program holds, and each session's wrappers
+#    are foreign to the other (the outer session intercepted the inner one's work, and a
+#    parameter's gradient stayed a wrapper after both exits). A join has no answer a user
+#    could predict to which budget binds what the inner block made and kept, nor to what
+#    each session's stats count. An error can later become a join without breaking a
+#    program that runs today; the reverse cannot.
+# 3. Sessions one after another are fine: a closed session's wrappers are served as NOTE
+#    [ Escaping tensors ] says.
 """
 
 from __future__ import annotations
@@ -33,7 +48,11 @@ import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    _get_current_dispatch_mode_stack,
+)
 
 from . import boundary
 from .errors import UnsupportedOpError
@@ -102,6 +121,14 @@ class Session:
             raise RuntimeError(
                 "a tritondtr Session is entered once; call tritondtr.enable() again for a new one"
             )
+        for mode in _get_current_dispatch_mode_stack():  # NOTE [ Nested sessions ]
+            if type(mode) is _Mode:
+                raise RuntimeError(
+                    "tritondtr.enable() or trace() inside another active tritondtr session (budget="
+                    f"{mode.session.config.budget}): sessions do not nest. Put one enable() "
+                    "around the whole step (forward, backward, optimizer step), or exit the "
+                    "outer session before entering this one."
+                )
         self._mode.__enter__()
         self.active = True
         return self
