@@ -10,7 +10,11 @@
 # 3. Outputs on another device than the first tracked one, or not strided, stay plain.
 # 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
 #    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
-#    ``value``), so parameters, gradients and optimizer state stay plain tensors.
+#    ``value``), so parameters, gradients and optimizer state stay plain tensors. The leaf
+#    gets it when an op reads it, or when autograd accumulates into its ``.grad`` inside the
+#    session (its forward ran outside the session, or in an earlier one). At exit, a wrapper
+#    the program assigned to a hooked leaf's ``.grad`` itself (``p.grad = g``) is replaced
+#    too. A gradient with a graph (``create_graph=True``) stays a wrapper.
 # 5. Uninitialized memory made from nothing tracked (``torch.empty``, ``empty_strided``;
 #    ``empty_like`` or ``new_empty`` of a plain tensor) stays plain: its contents are not a
 #    function of anything, so there is nothing to recompute, and C++ code allocates buffers
@@ -39,7 +43,8 @@
 #    each session's stats count. An error can later become a join without breaking a
 #    program that runs today; the reverse cannot.
 # 3. Sessions one after another are fine: a closed session's wrappers are served as NOTE
-#    [ Escaping tensors ] says.
+#    [ Escaping tensors ] says, and gradients reach plain ``.grad`` as NOTE [ What is
+#    tracked ] rule 4 says.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ _now_ns = time.perf_counter_ns
 _grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 _TRACK = object()  # ``Session._special``: no rare case applied, track the op
+_autograd_node = torch._C._current_autograd_node  # NOTE [ What is tracked ] rule 4
+_AccumulateGrad = torch._C._functions.AccumulateGrad
 
 
 class _Mode(TorchDispatchMode):
@@ -138,10 +145,14 @@ class Session:
             self._mode.__exit__(*exc)
         finally:
             self.active, self.closed = False, True
+            leaves = [ref() for ref, _ in self._hooks.values()]
             for _, handle in self._hooks.values():
                 handle.remove()
             self._hooks.clear()
             self.pool.budget = None
+            for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
+                if p is not None:
+                    self._on_grad(p)
         return False
 
     # ----------------------------------------------------------------- dispatch
@@ -157,6 +168,9 @@ class Session:
         if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
             return func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         out = self._call(info, args, kwargs)
+        node = _autograd_node()
+        if node is not None and type(node) is _AccumulateGrad:  # NOTE [ What is tracked ] 4
+            self._hook(node.variable)
         if self.debug and pool.depth == 0:
             pool.drain()
             self.check_invariants()
