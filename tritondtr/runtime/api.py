@@ -26,6 +26,10 @@ def enable(
     the optimizer step; ``session.stats`` tells what happened. Gradients equal those of the
     same code without tritondtr, bit for bit. See docs/runtime.md.
 
+    Sessions do not nest: entering one (``enable`` or ``tritondtr.trace``) while another is
+    active on the same thread raises. One session is one budget; put it around the whole
+    step, or exit the outer session first (NOTE [ Nested sessions ] in session.py).
+
     Args:
         budget: bytes (int) or a string with a unit (``"512MiB"``, ``"1.5GB"``); ``None``
             tracks without evicting and so measures the baseline peak in the same accounting.
@@ -39,6 +43,7 @@ def enable(
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
+        RuntimeError: at entry, inside another active tritondtr session.
     """
     config = RuntimeConfig(
         budget=budget,

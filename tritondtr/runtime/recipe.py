@@ -33,6 +33,21 @@ recipes keep referring to the old version they read.
 #    segfault). A replay therefore runs under the grad mode of the first execution.
 # 2. A replay whose output has another byte size than the first execution is a bug, not a
 #    value: ``Session.recompute`` raises instead of handing out a wrong-sized buffer.
+# 3. Autocast acts above the mode: its dispatch keys (``AutocastCPU``, ``AutocastCUDA``, ...)
+#    come before Autograd and Python, so an op reaches ``__torch_dispatch__`` already cast
+#    (or passed through unchanged, if autocast has no rule for it), and a recipe records the
+#    cast op with its cast inputs. A replay calls that op again from the top of the
+#    dispatcher, under the autocast state active *then*: the mode's handler mostly runs with
+#    every key above Python excluded, but replays also start in ops that arrive without that
+#    exclusion (the autograd engine's ``detach``), in the post-accumulate-grad hook and in
+#    boundary calls (``.tolist()``, ``unwrap``, printing). An ``mm`` first run in float32
+#    outside autocast and recomputed in a backward under CPU bfloat16 autocast was cast to
+#    bfloat16 (issue 10). A replay therefore runs with every autocast key excluded
+#    (``torch._C._DisableAutocast``, the guard aot_autograd puts around graphs whose
+#    autocast is already applied): the recorded op runs as it first ran, whatever autocast
+#    state is active. The first execution needs no guard: an op autocast casts is then
+#    called with autocast's own key excluded, and any other op autocast passes through.
+#    The guard's cost per replay: docs/benchmarks.md (Runtime, replay guards).
 """
 
 from __future__ import annotations
@@ -71,6 +86,7 @@ class Mode(enum.IntEnum):
 READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths compare ints
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
+_no_autocast = torch._C._DisableAutocast  # NOTE [ Replay context ] 3
 
 
 class Input(NamedTuple):
@@ -148,7 +164,8 @@ class Recipe:
     ``inputs``: one :class:`Input` per tensor argument. ``rng``: (generator, state) or None.
     ``outs``: per produced storage, ``(r, j)`` for return ``r`` (element ``j`` of a list
     return, else -1) or ``(-1, k)`` for the copy written through ``inputs[k]``. ``grad``: the
-    grad mode of the first execution, restored for replays (NOTE [ Replay context ]).
+    grad mode of the first execution, restored for replays, which also run with autocast off
+    (NOTE [ Replay context ]).
     """
 
     __slots__ = ("args", "grad", "info", "inputs", "kwargs", "outs", "rng")
@@ -268,7 +285,8 @@ def run_recipe(rec, want) -> list[torch.Tensor]:
     if grad != rec.grad:  # NOTE [ Replay context ] rule 1
         torch._C._set_grad_enabled(rec.grad)
     try:
-        with _below_autograd():  # plain tensors: no graph, no view tracking
+        # plain tensors: no graph, no view tracking, no second cast (NOTE [ Replay context ] 3)
+        with _below_autograd(), _no_autocast():
             out = _run(rec, args, kwargs)
     finally:
         if grad != rec.grad:

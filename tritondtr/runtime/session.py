@@ -10,7 +10,11 @@
 # 3. Outputs on another device than the first tracked one, or not strided, stay plain.
 # 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
 #    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
-#    ``value``), so parameters, gradients and optimizer state stay plain tensors.
+#    ``value``), so parameters, gradients and optimizer state stay plain tensors. The leaf
+#    gets it when an op reads it, or when autograd accumulates into its ``.grad`` inside the
+#    session (its forward ran outside the session, or in an earlier one). At exit, a wrapper
+#    the program assigned to a hooked leaf's ``.grad`` itself (``p.grad = g``) is replaced
+#    too. A gradient with a graph (``create_graph=True``) stays a wrapper.
 # 5. Uninitialized memory made from nothing tracked (``torch.empty``, ``empty_strided``;
 #    ``empty_like`` or ``new_empty`` of a plain tensor) stays plain: its contents are not a
 #    function of anything, so there is nothing to recompute, and C++ code allocates buffers
@@ -25,6 +29,22 @@
 # 2. Handing a buffer out (``unwrap``, ``.numpy()``, ``data_ptr()``, gradients of parameters)
 #    moves it to an external storage the core no longer counts or evicts; the old version
 #    stays in the graph, evicted, for its dependents.
+
+# NOTE [ Nested sessions ]
+# 1. Sessions do not nest: entering one while another tritondtr session is active on this
+#    thread raises ``RuntimeError`` before anything is intercepted, and says what to do
+#    (one session around the whole step, or exit the outer one first).
+# 2. Why not join the outer session with the inner one's options: a session is one core, one
+#    budget and one set of statistics. Two cores side by side each count only their own
+#    storages, so neither budget bounds what the program holds, and each session's wrappers
+#    are foreign to the other (the outer session intercepted the inner one's work, and a
+#    parameter's gradient stayed a wrapper after both exits). A join has no answer a user
+#    could predict to which budget binds what the inner block made and kept, nor to what
+#    each session's stats count. An error can later become a join without breaking a
+#    program that runs today; the reverse cannot.
+# 3. Sessions one after another are fine: a closed session's wrappers are served as NOTE
+#    [ Escaping tensors ] says, and gradients reach plain ``.grad`` as NOTE [ What is
+#    tracked ] rule 4 says.
 """
 
 from __future__ import annotations
@@ -33,7 +53,11 @@ import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _disable_current_modes,
+    _get_current_dispatch_mode_stack,
+)
 
 from ..core import Core
 from . import boundary
@@ -65,6 +89,8 @@ _input = Input._make
 _grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 _TRACK = object()  # ``Session._special``: no rare case applied, track the op
+_autograd_node = torch._C._current_autograd_node  # NOTE [ What is tracked ] rule 4
+_AccumulateGrad = torch._C._functions.AccumulateGrad
 
 
 class _Mode(TorchDispatchMode):
@@ -123,6 +149,14 @@ class Session:
             raise RuntimeError(
                 "a tritondtr Session is entered once; call tritondtr.enable() again for a new one"
             )
+        for mode in _get_current_dispatch_mode_stack():  # NOTE [ Nested sessions ]
+            if type(mode) is _Mode:
+                raise RuntimeError(
+                    "tritondtr.enable() or trace() inside another active tritondtr session (budget="
+                    f"{mode.session.config.budget}): sessions do not nest. Put one enable() "
+                    "around the whole step (forward, backward, optimizer step), or exit the "
+                    "outer session before entering this one."
+                )
         self._mode.__enter__()
         self.active = True
         return self
@@ -132,10 +166,14 @@ class Session:
             self._mode.__exit__(*exc)
         finally:
             self.active, self.closed = False, True
+            leaves = [ref() for ref, _ in self._hooks.values()]
             for _, handle in self._hooks.values():
                 handle.remove()
             self._hooks.clear()
             self.core.close()
+            for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
+                if p is not None:
+                    self._on_grad(p)
         return False
 
     # ----------------------------------------------------------------- dispatch
@@ -150,6 +188,9 @@ class Session:
         if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
             return func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
         out = self._call(info, args, kwargs)
+        node = _autograd_node()
+        if node is not None and type(node) is _AccumulateGrad:  # NOTE [ What is tracked ] 4
+            self._hook(node.variable)
         if self.debug and self.depth == 0:
             self.drain()
             self.check_invariants()
