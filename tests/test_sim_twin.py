@@ -211,3 +211,26 @@ def test_semantics_is_checked():
     rec = _record(_zoo_step("mlp")())
     with pytest.raises(ValueError, match="semantics must be one of"):
         simulate(rec.trace, ratio=0.5, semantics="runtimes")
+
+
+def test_cli_semantics_runtime(tmp_path, capsys):
+    """``tritondtr simulate --semantics runtime --budget B`` on a trace recorded at B reports
+    the recorded run's evictions and rematerializations."""
+    import csv
+
+    from tritondtr.cli import main
+
+    base = _record(_zoo_step("gpt")())
+    budget = int(0.4 * base.stats.peak_bytes)
+    path = tmp_path / "step.npz"
+    with tritondtr.trace(path, budget=budget) as rec:
+        _zoo_step("gpt")()()
+    argv = ["simulate", str(path), "--semantics", "runtime", "--budget", str(budget)]
+    argv += ["--heuristics", "dtr_eq", "--no-progress", "--no-plot", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "runtime peak" in capsys.readouterr().out
+    with open(tmp_path / "results.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    m = rec.trace.meta["runtime"]
+    assert (int(row["evictions"]), int(row["remats"])) == (m["evictions"], m["rematerializations"])
+    assert int(row["peak_bytes"]) == m["peak_bytes"]

@@ -8,6 +8,11 @@ gives absolute budgets instead. Each heuristic stops at its first failing ratio 
 left to evict; thrash: rematerialization compute above (overhead-limit - 1) x the baseline
 compute) unless --no-stop is given.
 
+--semantics runtime replays with the runtime's own DTR core (the simulator as the runtime's
+twin): budgets count the tracked storages only, as tritondtr.enable(budget=...) does, and
+ratios are of the runtime's unlimited peak; a trace recorded by tritondtr.trace at a budget
+replays to exactly the evictions and rematerializations of the recorded run.
+
 Arguments are checked first, then every trace is read and its baseline replayed, before the
 first budgeted run. A bad argument or file is one line on stderr naming the option or the
 file (and line) and what is wrong, and exit status 2.
@@ -16,6 +21,7 @@ examples:
   tritondtr simulate ../shared/traces/dtr-prototype/resnet32.log
   tritondtr simulate a.log b.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
   tritondtr simulate run.jsonl.gz --budget 2GiB --heuristics dtr_eq
+  tritondtr simulate step.npz --semantics runtime --ratios 0.5,0.3 --heuristics dtr_eq
 """
 
 from __future__ import annotations
@@ -124,11 +130,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for large traces on a GPU)",
     )
     parser.add_argument(
+        "--semantics",
+        default="paper",
+        choices=("paper", "runtime"),
+        help="paper = the DTR paper's simulator (every storage counted, constants too); "
+        "runtime = the runtime's own DTR core, its accounting and its rules (default: paper)",
+    )
+    parser.add_argument(
         "--overhead-limit",
         type=_overhead_limit,
-        default=2.0,
+        default=None,
         help="a run thrashes when its total compute would exceed this multiple "
-        "of the baseline compute (default: 2.0)",
+        "of the baseline compute (default: 2.0 in paper semantics, none in runtime "
+        "semantics, where the runtime's ThrashError rule applies)",
     )
     parser.add_argument(
         "--ties",
@@ -165,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from ..traceformat.trace_io import load_trace
     from ..units import format_bytes
     from .baseline import baseline
-    from .simulate import DEFAULT_RATIOS, simulate
+    from .simulate import DEFAULT_RATIOS, runtime_peak, simulate
 
     heuristics = args.heuristics
     ratios = args.ratios or list(DEFAULT_RATIOS)
@@ -200,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
         except TraceError as e:
             return _fail(f"{path}: {e}")
         loaded.append((path, trace, base))
+    runtime = args.semantics == "runtime"
+    limit = args.overhead_limit if args.overhead_limit is not None or runtime else 2.0
 
     sweeps, rows = {}, []
     bar = tqdm(
@@ -212,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
             f"{base.compute / 1e6:.1f} ms, peak {format_bytes(base.peak_bytes)}, constants "
             f"{format_bytes(base.constant_bytes)}, largest op "
             f"{format_bytes(base.bottleneck_bytes)}"
+            + (f"; runtime peak {format_bytes(runtime_peak(trace))}" if runtime else "")
         )
         results = []
         for h in heuristics:
@@ -221,7 +238,8 @@ def run(args: argparse.Namespace) -> int:
                 res = simulate(
                     trace,
                     h,
-                    overhead_limit=args.overhead_limit,
+                    overhead_limit=limit,
+                    semantics=args.semantics,
                     backend=args.backend,
                     device=args.device,
                     seed=args.seed,
