@@ -85,7 +85,7 @@ __all__ = ["Session"]
 _OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 _now_ns = time.perf_counter_ns
 _in_backward = torch._C._current_graph_task_id
-_input = Input._make
+_new_tuple = tuple.__new__  # Input records on the hot path: C-level, ~0.1 us less than _make
 _grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 _TRACK = object()  # ``Session._special``: no rare case applied, track the op
@@ -250,7 +250,7 @@ class Session:
                             seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
                             parents.append(s.sid)
                             view = v._view
-                            inputs.append(_input((i, -1, s, view, None, READ)))
+                            inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
                             pargs[i] = buf if view is None else derive(buf, view)
                             continue
                     if v is not None:
@@ -374,7 +374,7 @@ class Session:
                     locked.append(s.sid)
                 parents.append(s.sid)
                 view = v._view
-                inputs.append(_input((key, j, s, view, None, WRITE if w else READ)))
+                inputs.append(_new_tuple(Input, (key, j, s, view, None, WRITE if w else READ)))
                 if w:
                     wrote.append(cell)
                 buf = s.buf
@@ -384,7 +384,7 @@ class Session:
             return v
         elif v.requires_grad and v.is_leaf:
             self._hook(v)
-        inputs.append(_input((key, j, v, None, v._version, PLAIN)))
+        inputs.append(_new_tuple(Input, (key, j, v, None, v._version, PLAIN)))
         return v
 
     # ----------------------------------------------------------------- storages

@@ -1,0 +1,140 @@
+"""The runtime's policy against the paper's, on the same recorded traces; and the twin's speed.
+
+# NOTE [ Twin benchmark ]
+# 1. Traces: one training step of each zoo model (tests/zoo.py, at ``--scale``) and of an
+#    unrolled GRU cell (batch 32, hidden 256, 40 steps), recorded unlimited with
+#    ``tritondtr.trace``.
+# 2. Per trace and ratio r: the runtime's policy is the twin (``semantics="runtime"``) at
+#    r x the runtime's peak; the paper's policy is the paper-semantics replay at the same
+#    budget plus the trace's constant bytes (the paper counts constants, the runtime does
+#    not: the same memory for activations). Rows: rematerializations of each (``remats``),
+#    and their status in ``note``; ``dtr_eq`` for both.
+# 3. Speed: the twin's events per second on generated traces that evict (a 200-layer
+#    transformer and a 20,000-op chain at 50 % and 20 %), one replay each, wall time of the
+#    replay alone.
+
+examples:
+  python benchmarks/bench_sim_twin.py            # ~1 min on 2 CPU cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import zoo  # noqa: E402
+from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
+
+import tritondtr  # noqa: E402
+from tritondtr.sim import baseline, generators, simulate  # noqa: E402
+
+RATIOS = (0.7, 0.5, 0.3)
+
+
+def _gru_step():
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(256, 256)
+    x = torch.randn(40, 32, 256)
+    opt = torch.optim.SGD(cell.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        h = torch.zeros(32, 256)
+        for t in range(40):
+            h = cell(x[t], h)
+        h.square().mean().backward()
+        opt.step()
+
+    return step
+
+
+def _zoo_step(name: str, scale: int):
+    case = zoo.make(name, seed=0, scale=scale)
+    opt = torch.optim.Adam(case.model.parameters(), lr=1e-3)
+    return lambda: zoo.train_step(case, opt)
+
+
+def record(step) -> tritondtr.Recording:
+    with tritondtr.trace() as rec:
+        step()
+    return rec
+
+
+def policy_rows(traces: dict, env: Env, device: str) -> list[Row]:
+    rows = []
+    for name, trace in traces.items():
+        const = baseline(trace).constant_bytes
+        for r in RATIOS:
+            rt = simulate(trace, "dtr_eq", ratio=r, semantics="runtime")
+            paper = simulate(trace, "dtr_eq", budget=rt.budget + const, overhead_limit=100.0)
+            for provider, res in (("runtime", rt), ("paper", paper)):
+                rows.append(
+                    Row.of(
+                        "remats",
+                        provider,
+                        trace.num_ops,
+                        Stats.of([res.remats]),
+                        "count",
+                        device=device,
+                        env=env,
+                        params=f"trace={name};ratio={r};budget={rt.budget};evictions={res.evictions}",
+                        note=res.status,
+                    )
+                )
+    return rows
+
+
+def speed_rows(env: Env, device: str) -> list[Row]:
+    rows = []
+    for name, trace in (
+        ("transformer200", generators.transformer(200)),
+        ("chain20000", generators.chain(20000)),
+    ):
+        for r in (0.5, 0.2):
+            res = simulate(trace, "dtr_eq", ratio=r, semantics="runtime")
+            rows.append(
+                Row.of(
+                    "twin_events_per_s",
+                    "runtime",
+                    trace.num_events,
+                    Stats.of([trace.num_events / res.wall_s]),
+                    "events/s",
+                    device=device,
+                    env=env,
+                    params=f"trace={name};ratio={r};evictions={res.evictions};remats={res.remats}",
+                    note=res.status,
+                )
+            )
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", type=int, default=4, help="zoo width multiplier (default: 4)")
+    ap.add_argument("--out", default=str(HERE / "results"), help="output folder")
+    ap.add_argument("--tag", default="cpu-2core-1thread", help="file name tag")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    env, device = Env.capture(), describe_device("cpu")
+    steps = {f"{n}-s{args.scale}": _zoo_step(n, args.scale) for n in zoo.ZOO}
+    steps["gru40"] = _gru_step()
+    traces = {n: record(s).trace for n, s in steps.items()}
+    rows = policy_rows(traces, env, device) + speed_rows(env, device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / f"sim_twin_{args.tag}.csv")
+    write_json(rows, out / f"sim_twin_{args.tag}.json")
+    for row in rows:
+        print(f"{row.what:18} {row.provider:8} {row.median:14.1f} {row.params} {row.note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
