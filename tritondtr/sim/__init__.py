@@ -13,7 +13,15 @@ from ..traceformat.trace_io import detect_format, load_trace, save_trace
 from .baseline import Baseline, baseline
 from .program import Program, compile_trace
 from .replay import RunStats, replay_program
-from .simulate import DEFAULT_RATIOS, SimResult, make_engine, simulate, sweep
+from .simulate import (
+    DEFAULT_RATIOS,
+    SEMANTICS,
+    SimResult,
+    make_engine,
+    runtime_peak,
+    simulate,
+    sweep,
+)
 
 __all__ = [
     # traces
@@ -32,6 +40,8 @@ __all__ = [
     "simulate",
     "sweep",
     "DEFAULT_RATIOS",
+    "SEMANTICS",
+    "runtime_peak",
     "make_engine",
     # internals for generators and benchmarks
     "Program",

@@ -79,7 +79,7 @@ def simulate(
     *,
     ratio: float | None = None,
     budget: int | str | None = None,
-    overhead_limit: float | None = 2.0,
+    overhead_limit: float | None = None,
     backend: str = "auto",
     device=None,
     seed: int = 0,
@@ -100,8 +100,10 @@ def simulate(
     own DTR core; the budget counts tracked storages only, the number ``tritondtr.enable``
     takes, and ``ratio`` is of the runtime's unlimited peak, :func:`runtime_peak`). In
     runtime semantics ``pin_backward`` defaults to the recorded run's setting (else True),
-    ``overhead_limit=None`` means none (the runtime has none; it raises ThrashError), and
-    ``ties`` and ``engine_factory`` do not apply. Returns a :class:`SimResult`.
+    and ``ties`` and ``engine_factory`` do not apply. ``overhead_limit`` (a multiple of the
+    trace's compute; a run stops as ``thrash`` above it) defaults to 2.0 in the paper's
+    semantics and to none in the runtime's (the runtime has none; it raises ThrashError).
+    Returns a :class:`SimResult`.
     """
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
@@ -117,7 +119,7 @@ def simulate(
             trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward
         )
     if overhead_limit is None:
-        raise ValueError("the paper's semantics needs an overhead_limit (>= 1.0)")
+        overhead_limit = 2.0
     base = baseline(trace)
     nbytes = base.budget(ratio) if ratio is not None else parse_bytes(budget)
     prog = compile_trace(trace)
