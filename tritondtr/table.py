@@ -7,19 +7,20 @@ import enum
 import numpy as np
 import torch
 
-from . import policy
+from . import policy, residency
 from .heuristics import CustomHeuristic, Heuristic
 
 __all__ = ["MetadataTable", "SlotState"]
 
 
 class SlotState(enum.IntEnum):
-    """The ``state`` column. Only ``RESIDENT_EVICTABLE`` slots are eviction candidates."""
+    """The ``state`` column. Only ``RESIDENT_EVICTABLE`` slots are eviction candidates. The
+    values are the residency codes of :mod:`tritondtr.residency` (one home)."""
 
-    FREE = 0
-    RESIDENT_EVICTABLE = 1
-    RESIDENT_LOCKED = 2  # resident and pinned or locked: never a candidate
-    EVICTED = 3
+    FREE = residency.FREE
+    RESIDENT_EVICTABLE = residency.RESIDENT
+    EVICTED = residency.EVICTED
+    RESIDENT_LOCKED = residency.RESIDENT_LOCKED  # resident and pinned or locked
 
 
 _EVICTABLE = int(SlotState.RESIDENT_EVICTABLE)
