@@ -31,6 +31,15 @@ host-side lock counts and pins, and keeps the table's ``state`` column equal to:
 #    change nobody's ``nbhd_cost``), which rule 3 already handles.
 # 5. A user heuristic that keeps a neighbourhood cost may not be monotone in it: for those,
 #    every choice re-scores (batch 1).
+
+# NOTE [ Stale batched choice ]
+# An approximation, off unless ``reuse > 0``: the list of rule 1 keeps serving choices for up
+# to ``reuse`` ticks of the clock and across mutations, so several eviction loops share one
+# scoring. A cached slot is served if it is still a candidate, its last access and its
+# neighbourhood cost are what they were at the scoring; otherwise it is skipped. What this
+# gets wrong: the order among unchanged candidates as staleness grows, and candidates created
+# since the scoring (not considered until the list is used up or too old). Its effect on the
+# victims, and its price: docs/benchmarks.md, Eviction path.
 """
 
 from __future__ import annotations
@@ -63,6 +72,8 @@ class Engine:
         seed: seed of the ``random`` heuristic.
         capacity: initial number of slots (grows by doubling).
         batch: victims kept per scoring for :meth:`choose` (NOTE [ Exact batched choice ]).
+        reuse: clock ticks a scoring may serve choices for, across mutations (NOTE [ Stale
+            batched choice ]; 0, the default: exact, every choice is a fresh scoring's).
 
     Slots are the table's slot ids (ints). Costs are float32 in the caller's unit (ns), sizes
     int bytes, ``now`` an int logical clock. Counters: ``selections`` (scorings run),
@@ -78,10 +89,14 @@ class Engine:
         seed: int = 0,
         capacity: int = 1024,
         batch: int = 8,
+        reuse: int = 0,
     ) -> None:
         self.heuristic = get_heuristic(heuristic)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"batch must be a positive int, got {batch!r}")
+        if not isinstance(reuse, int) or isinstance(reuse, bool) or reuse < 0:
+            raise ValueError(f"reuse must be an int >= 0 (clock ticks), got {reuse!r}")
+        self.reuse = reuse
         self.table = MetadataTable(capacity, device)
         self.backend = policy.resolve_backend(backend, self.table.device, self.heuristic)
         self.seed = int(seed)
@@ -93,7 +108,7 @@ class Engine:
         self._locks: list[int] = [0] * self.table.capacity
         self._pinned = bytearray(self.table.capacity)
         self._epoch = 0  # bumped by every mutation that invalidates the choice cache
-        self._cache: list | None = None  # [epoch, now, ids, nbhd snapshot, position]
+        self._cache: list | None = None  # [epoch, now, ids, nbhd snapshot, position, last]
         self.selections = 0
         self.cache_hits = 0
         self.evictions = 0
@@ -256,7 +271,12 @@ class Engine:
         nothing is evictable. Usually served from the last scoring (NOTE [ Exact batched
         choice ])."""
         c = self._cache
-        if c is not None and c[0] == self._epoch and c[1] == now:
+        if c is not None and self.reuse and (c[0] != self._epoch or c[1] != now):
+            if 0 <= now - c[1] <= self.reuse:
+                v = self._choose_stale(c)
+                if v is not None:
+                    return v
+        elif c is not None and c[0] == self._epoch and c[1] == now:
             ids, snap, pos = c[2], c[3], c[4]
             st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
             while pos < len(ids):
@@ -276,8 +296,28 @@ class Engine:
                     return None
         ids = self.select(now, self.batch)
         snap = self.table.host_nbhd_cost[ids].tolist() if ids else []
-        self._cache = [self._epoch, now, ids, snap, 0]
+        last = self.table.host_last_access[ids].tolist() if self.reuse and ids else None
+        self._cache = [self._epoch, now, ids, snap, 0, last]
         return ids[0] if ids else None
+
+    def _choose_stale(self, c: list) -> int | None:
+        """NOTE [ Stale batched choice ]: the first cached slot still a candidate with the
+        last access and neighbourhood cost it had at the scoring, or None."""
+        ids, snap, last, pos = c[2], c[3], c[5], c[4]
+        st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
+        host_last = self.table.host_last_access
+        while pos < len(ids):
+            v = ids[pos]
+            pos += 1
+            if st[v] != RESIDENT or locks[v] or pinned[v] or host_last[v] != last[pos - 1]:
+                continue
+            if nb.tracking and float(np.float32(nb.value(v))) != snap[pos - 1]:
+                continue
+            c[4] = pos
+            self.cache_hits += 1
+            return v
+        c[4] = pos
+        return None
 
     # ---------------------------------------------------------------- internals
     def _live(self, slot: int, what: str) -> None:

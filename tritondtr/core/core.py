@@ -106,6 +106,7 @@ class Core(Rematerializer):
         stress: evict everything evictable after every op (takes no budget).
         pin_backward: NOTE [ Backward storages ].
         stats: where the counters go (a :class:`CoreStats` or a subclass).
+        reuse: the engine's NOTE [ Stale batched choice ] (0: exact victims).
     """
 
     def __init__(
@@ -118,8 +119,10 @@ class Core(Rematerializer):
         stress: bool = False,
         pin_backward: bool = True,
         stats: CoreStats | None = None,
+        reuse: int = 0,
     ) -> None:
         self.budget = budget
+        self.reuse = reuse
         self.heuristic = heuristic
         self.backend = backend
         self.executor = executor
@@ -157,7 +160,9 @@ class Core(Rematerializer):
         """The device of the tracked storages (the engine's table lives there)."""
         self.device = device
         if not self.lazy:
-            self.engine = Engine(self.heuristic, device=device, backend=self.backend)
+            self.engine = Engine(
+                self.heuristic, device=device, backend=self.backend, reuse=self.reuse
+            )
 
     def new(
         self,
@@ -400,7 +405,7 @@ class Core(Rematerializer):
 
     def _choose(self, first: bool) -> int | None:
         eng = self.engine
-        if first:
+        if first and not self.reuse:
             ids = eng.select(self.now, 1)
             return ids[0] if ids else None
         return eng.choose(self.now)

@@ -90,14 +90,21 @@ def replay_runtime(
     pin_backward: bool = True,
     remat_limit: float | None = None,
     on_event: Callable[[int], None] | None = None,
+    reuse: int = 0,
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
-    run stops as ``thrash``. Returns the run's counters and the core (its ``stats``, its
-    engine's scorings)."""
+    run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]. Returns
+    the run's counters and the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
-        budget, heuristic, counter, backend=backend, stress=stress, pin_backward=pin_backward
+        budget,
+        heuristic,
+        counter,
+        backend=backend,
+        stress=stress,
+        pin_backward=pin_backward,
+        reuse=reuse,
     )
     counter.core = core
     run = _Twin(trace, core, torch.device(device or "cpu"))
