@@ -55,6 +55,27 @@ def test_unsafe_split_returns_views_of_its_argument(split):
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
 
 
+@pytest.fixture(scope="module")
+def unannotated_alias():
+    """An op whose schema shows a fresh return but whose kernel returns a view."""
+    lib = torch.library.Library("tritondtr_regressions", "DEF")
+    lib.define("alias_of(Tensor x) -> Tensor")
+    lib.impl("alias_of", lambda x: x.view(x.shape), "CPU")
+    yield torch.ops.tritondtr_regressions.alias_of.default
+    del lib
+
+
+def test_debug_mode_finds_a_buffer_that_two_storages_share(unannotated_alias):
+    """What let the ``unsafe_split`` bug through: nothing checked that a tracked buffer has
+    one storage. Debug mode now does, and names the op to register (``hidden_alias``)."""
+    x = torch.randn(3)
+    with (
+        pytest.raises(AssertionError, match=r"\(aten.exp.default\) and \d+ \(tritondtr_regr"),
+        rt.enable(debug=True),
+    ):
+        unannotated_alias(x.exp())
+
+
 class _CountingClock:
     """A deterministic stand-in for the op-cost clock (``session._now_ns``): the costs, and
     so the victims of cost-aware heuristics, are the same on every run."""
