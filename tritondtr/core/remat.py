@@ -36,6 +36,17 @@ recomputation runs through the core's executor under the budget.
 #    raises :class:`ThrashError` (a BudgetError) between two recomputations instead of
 #    running on for minutes. The bound is loose on purpose: the zoo TreeLSTM at scale 1, 30 %
 #    and ``lru`` needs ~25 per storage in one call and finishes. Unwinding is rule 3's.
+# 7. ``stress`` (no budget) evicts everything evictable after every recomputation, so only
+#    what the pending frames lock survives from one recomputation to the next. Where two
+#    frames share an evicted ancestor that neither locks (an LSTM's gates feed its input,
+#    forget, cell and output gates; a Tree-LSTM node feeds h and c), each recomputes it, and
+#    the count multiplies per level (about 4x per LSTM step): the zoo LSTM and TreeLSTM
+#    raised rule 6's ThrashError, which stress must never raise (NOTE [ Budget accounting ]
+#    rule 4).
+#    So under stress a storage that one ``materialize`` recomputes a second time stays locked
+#    until its target is resident; then those locks are released and everything evictable is
+#    evicted. Every storage is recomputed at most twice per ``materialize``, and a chain
+#    that shares nothing (rule 4's residual chain) keeps its peak.
 
 # NOTE [ A recomputation is not a use ]
 # 1. The heuristics' staleness (now - last access) stands for "how soon will the program read
@@ -94,6 +105,7 @@ class Rematerializer:
             prof.__enter__()
         stack = [Frame(target, None)]
         pushed, relaxed = {target}, 0  # storages given a frame; rule 5's releases
+        stress, once, kept = self.stress, set(), []  # rule 7: recomputed once, locked to stay
         state, inputs, born = self.state, self.inputs, self.born
         stats = self.stats
         remats0 = stats.rematerializations
@@ -127,6 +139,12 @@ class Rematerializer:
                     for i in locks:
                         self.unlock(i)
                     frame.locks = None
+                    if stress:  # rule 7
+                        if sid in once:
+                            self.lock(sid)
+                            kept.append(sid)
+                        else:
+                            once.add(sid)
                     done = stats.rematerializations - remats0
                     if done > _THRASH * len(pushed) and done > _THRASH_MIN:  # rule 6
                         stats.budget_errors += 1
@@ -135,14 +153,21 @@ class Rematerializer:
                 self.lock(sid)  # for the parent frame, or for the caller
                 if frame.parent is not None:
                     frame.parent.locks.append(sid)
-                if self.stress:
+                if stress:
                     self.evict_all()
+            if kept:  # rule 7: the target is resident
+                for i in kept:
+                    self.unlock(i)
+                self.evict_all()
         except BaseException:
             eng = self.engine
             for frame in stack:
                 for i in frame.locks or ():
                     if state[i] == RESIDENT and eng.lock_count(self.eslot[i]):
                         self.unlock(i)
+            for i in kept:
+                if state[i] == RESIDENT and eng.lock_count(self.eslot[i]):
+                    self.unlock(i)
             raise
         finally:
             if prof is not None:

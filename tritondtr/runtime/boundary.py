@@ -114,6 +114,7 @@ def check_invariants(session) -> None:
     with _disable_current_modes():  # the engine's checks run torch ops: never our own
         core.check_invariants(ops_in_flight=session.depth > 0)
     pending = set(session.released)
+    owner: dict[int, int] = {}  # data_ptr of a resident tracked buffer -> its sid
     for sid, ref in enumerate(session.storages):
         s = ref() if ref is not None else None
         if s is None or s.sid != sid or sid in pending:
@@ -125,6 +126,14 @@ def check_invariants(session) -> None:
             assert res == (s.buf is not None), f"storage {sid}: buffer vs core residency"
             if core.lazy:  # NOTE [ Lazy engine ]: held storages are all resident
                 assert res or not core.held[sid], f"storage {sid}: held, not resident"
+            if res and s.nbytes:  # NOTE [ Op semantics ] rule 8: one storage per buffer
+                ptr = s.buf.untyped_storage().data_ptr()
+                other = owner.setdefault(ptr, sid)
+                assert other == sid, (
+                    f"storages {other} ({core.name[other]}) and {sid} ({core.name[sid]}) share "
+                    "one buffer: an op returned a view its schema does not annotate; register "
+                    "it with hidden_alias in runtime/semantics.py"
+                )
 
 
 def unwrap_any(v):

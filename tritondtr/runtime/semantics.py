@@ -31,10 +31,15 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    tensor subclasses, PyTorch's own LoggingTensor included) and give gradients that differ
 #    from eager in the last bits. No wrapper subclass can avoid that, so such ops are refused
 #    when they would be differentiated (``unsupported_grad``); without grad they run.
-# 8. Some ops return a view their schema does not annotate (``_unsafe_view``, which
-#    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate): the table's
-#    ``hidden_alias`` names the argument the single return aliases, and rule 1 applies. Taken
-#    as a fresh output, it would count the same bytes twice (once per wrapper).
+# 8. Some ops return views their schema does not annotate (``_unsafe_view``, which
+#    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate; ``unsafe_split``
+#    and ``unsafe_split_with_sizes``, which ``unsafe_chunk`` and CPU ``lstm_cell`` use on
+#    their gates; PyTorch's ``schema_check_mode`` lists them as intentionally mis-annotated):
+#    the table's ``hidden_alias`` names the argument the return (one tensor or each tensor of
+#    a list) aliases, and rule 1 applies. Taken as fresh outputs, they count the same bytes
+#    twice (once per wrapper), and an in-place write through one (``lstm_cell`` applies
+#    ``sigmoid_`` to its chunks) changes the argument's buffer behind the runtime's back: a
+#    replay that reads it then gives a wrong value.
 # 9. Some in-place ops overwrite every element of their written argument without reading it
 #    (``copy_``, ``fill_``, ``zero_`` and the random fills such as ``bernoulli_``, which CPU
 #    dropout applies to an ``empty_like``): ``overwrites`` in the table. Their recipes do not
@@ -68,8 +73,9 @@ class Semantics:
             is on and an argument at a position of ``grad_args`` requires grad
             (NOTE [ Op semantics ] rule 7).
         grad_args: see ``unsupported_grad``.
-        hidden_alias: position of the argument the op's single return is a view of although
-            the schema does not say so (NOTE [ Op semantics ] rule 8), else None.
+        hidden_alias: position of the argument the op's single return (a tensor, or a list
+            of tensors) is a view of although the schema does not say so (NOTE [ Op
+            semantics ] rule 8), else None.
         overwrites: the op writes every element of its written argument and reads none of
             its old values (NOTE [ Op semantics ] rule 9).
     """
@@ -172,6 +178,13 @@ def _masked_fill_subclass_formula():
 def _unsafe_view_alias():
     """``_unsafe_view`` is ``view`` without autograd's view tracking: its result shares the
     argument's storage (NOTE [ Op semantics ] rule 8)."""
+
+
+@register(aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default, hidden_alias=0)
+def _unsafe_split_alias():
+    """``unsafe_split`` is ``split`` without autograd's view tracking: every tensor of its
+    result shares the argument's storage (NOTE [ Op semantics ] rule 8). ``unsafe_chunk``
+    decomposes into it; CPU ``lstm_cell`` chunks its gates so and writes them in place."""
 
 
 @register(
@@ -312,8 +325,8 @@ def _analyze(func) -> OpInfo:
             else:
                 view = target if target is not None else first_alias
         rets.append((kind, view, wrote))
-    if sem.hidden_alias is not None:
-        rets = [(ONE, sem.hidden_alias, None)]
+    if sem.hidden_alias is not None:  # NOTE [ Op semantics ] rule 8: a view (or list of them)
+        rets = [(rets[0][0], sem.hidden_alias, None)]
     tags = func.tags
     inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
     flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) else None
