@@ -8,7 +8,7 @@ runs eagerly.
 #    compiled the session's handler and everything it calls (138-141 frames for a 6-layer
 #    MLP, ~3.5 s, recompile-limit warnings naming ``session.py:dispatch``, ops several times
 #    slower, and ``Storage.__del__`` errors on storages whose ``__init__`` dynamo had traced).
-# 2. PyTorch's guard for this (``TorchDispatchMode._should_skip_dynamo``, torch >= 2.11)
+# 2. PyTorch's guard for this (``TorchDispatchMode._should_skip_dynamo``, torch 2.11-2.13)
 #    wraps the handler in ``torch._dynamo.disable``: a Python wrapper that swaps the
 #    eval-frame callback on every call, compiled region or not: a cost on every op of every
 #    session (docs/benchmarks.md, Runtime, torch.compile).
@@ -59,6 +59,7 @@ else:
     _SKIP_ALL = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
 
 _F = TypeVar("_F", bound=Callable)
+_WHY = "tritondtr's runtime is never traced (docs/runtime.md, torch.compile inside a session)"
 
 
 def opaque(fn: _F) -> _F:
@@ -67,4 +68,5 @@ def opaque(fn: _F) -> _F:
     if OPAQUE:
         set_code_exec_strategy(fn.__code__, _SKIP_ALL)
     fn._torchdynamo_disable = True
+    fn._torchdynamo_disable_msg = _WHY
     return fn
