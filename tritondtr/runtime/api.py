@@ -5,11 +5,13 @@ from __future__ import annotations
 from ..heuristics import CustomHeuristic, Heuristic
 from ..policy import Backend
 from .config import NeverEvict, RuntimeConfig
+from .dynamo import opaque
 from .session import Session
 
 __all__ = ["enable"]
 
 
+@opaque
 def enable(
     budget: int | str | None = None,
     *,

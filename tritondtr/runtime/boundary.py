@@ -19,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..residency import EXTERNAL, RESIDENT
+from .dynamo import opaque
 from .recipe import Storage, derive
 from .semantics import ONE
 from .tensor import DTRTensor
@@ -26,6 +27,7 @@ from .tensor import DTRTensor
 __all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
 
 
+@opaque  # behind unwrap, .tolist(), printing: NOTE [ Dynamo never traces the runtime ]
 def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
     """The plain value of ``t`` (recomputed if evicted). ``escape``: hand the buffer out
     (NOTE [ Escaping tensors ] rule 2), required whenever the plain tensor may outlive

@@ -57,6 +57,7 @@ from typing import NamedTuple
 
 import torch
 
+from .dynamo import opaque
 from .errors import StaleInputError
 
 __all__ = [
@@ -133,6 +134,7 @@ class Storage:
     def external(self) -> bool:
         return self.recipe is None
 
+    @opaque  # runs wherever GC runs: NOTE [ Dynamo never traces the runtime ]
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rules 3 and 4
         if self.sid >= 0:
             try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
@@ -150,6 +152,7 @@ class Cell:
         self.storage = storage
         self.session = session
 
+    @opaque  # runs wherever GC runs: NOTE [ Dynamo never traces the runtime ]
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rule 2
         try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
             self.session.dead.append(self.storage)

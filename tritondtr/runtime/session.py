@@ -61,6 +61,7 @@ from torch.utils._python_dispatch import (
 
 from ..core import Core
 from . import boundary
+from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .outputs import blank_writes, forget, fresh, outputs, view_of
 from .recipe import (
@@ -96,14 +97,15 @@ _AccumulateGrad = torch._C._functions.AccumulateGrad
 class _Mode(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # torch >= 2.12 otherwise wraps __torch_dispatch__ in a dynamo-disable shim (~5 us
-        # per op on a 2-core CPU); this mode is never traced by dynamo.
-        return False
+        # PyTorch's per-call dynamo guard, only where ``@opaque`` cannot mark the handler
+        # (NOTE [ Dynamo never traces the runtime ] rules 2 and 6).
+        return not OPAQUE
 
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
 
+    @opaque  # NOTE [ Dynamo never traces the runtime ]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.session.dispatch(func, args, kwargs or {})
 
@@ -144,6 +146,7 @@ class Session:
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
 
     # ------------------------------------------------------------------ context
+    @opaque
     def __enter__(self) -> Session:
         if self.active or self.closed:
             raise RuntimeError(
@@ -161,6 +164,7 @@ class Session:
         self.active = True
         return self
 
+    @opaque
     def __exit__(self, *exc) -> bool:
         try:
             self._mode.__exit__(*exc)
@@ -447,6 +451,7 @@ class Session:
         """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
         self.storage(sid).recipe = None
 
+    @opaque
     def evict_all(self) -> int:
         """Evict every evictable storage now (tests, measurements); returns how many."""
         if self.core.device is None:
@@ -475,6 +480,7 @@ class Session:
             return
         self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
 
+    @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
         g = p.grad
         if type(g) is DTRTensor and g.grad_fn is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_leaves
 
+from .dynamo import opaque
+
 __all__ = ["DTRTensor", "is_tracked", "restride", "unwrap"]
 
 
@@ -44,6 +46,7 @@ class DTRTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
+    @opaque  # NOTE [ Dynamo never traces the runtime ]
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # Reached only when no tritondtr mode is active (after exit, or another thread).
         for t in tree_leaves((args, kwargs)):

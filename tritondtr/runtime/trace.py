@@ -21,6 +21,7 @@ from ..policy import Backend
 from ..traceformat.trace import Trace
 from ..traceformat.trace_io import save_trace
 from .config import NeverEvict, RuntimeConfig
+from .dynamo import opaque
 from .recorder import Recorder
 from .session import Session
 
@@ -53,6 +54,7 @@ class Recording:
         """The session's :class:`~tritondtr.runtime.SessionStats` (live)."""
         return self.session.stats
 
+    @opaque
     def __enter__(self) -> Recording:
         if self._recorder is not None:
             raise RuntimeError(
@@ -63,6 +65,7 @@ class Recording:
         self.session.__enter__()
         return self
 
+    @opaque
     def __exit__(self, *exc) -> bool:
         rec = self._recorder
         try:
@@ -106,6 +109,7 @@ class Recording:
         return meta
 
 
+@opaque  # NOTE [ Dynamo never traces the runtime ]
 def trace(
     path: str | os.PathLike | None = None,
     *,
