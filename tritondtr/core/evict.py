@@ -1,0 +1,136 @@
+"""Eviction: choosing victims through the engine and dropping them, for the budget or for
+``stress``.
+
+:class:`Evictor` is the part of :class:`~tritondtr.core.Core` that makes room: the first
+victim of an eviction loop is one exact top-1 scoring, later ones the engine's batched choice;
+when nothing is left, the backward pass's storages are unpinned; then :class:`BudgetError`.
+
+# NOTE [ Backward storages ]
+# 1. Storages created while autograd runs a backward pass are pinned when created: gradients
+#    flow through them right away, and evicting them mostly causes rematerialization cascades
+#    (about 17x fewer rematerializations at a 23 % budget on an MLP when they stay).
+# 2. They are the lowest priority, not never: when nothing else can be evicted and the budget
+#    is exceeded, all of them are unpinned at once and become ordinary candidates.
+
+# NOTE [ One victim first ]
+# 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
+#    choices of the same eviction loop from that list (NOTE [ Exact batched choice ] in
+#    engine.py). Most :meth:`make_room` calls evict one storage only: the op in flight is
+#    over the budget by less than one victim.
+# 2. So the first eviction of a :meth:`make_room` asks ``engine.select(now, 1)``: by
+#    definition the exact victim ``choose`` would give. Further evictions of the same call
+#    use ``choose`` and its batched list. Victims, and so the values, peaks and
+#    rematerializations, are those of ``choose`` alone; only the number of scorings changes.
+#    Measurements: docs/benchmarks.md, Eviction path.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..residency import RESIDENT
+from .errors import BudgetError
+
+__all__ = ["Evictor"]
+
+_profiling = torch.autograd._profiler_enabled
+
+
+class Evictor:
+    """Victim choice and eviction of :class:`~tritondtr.core.Core` (NOTE [ Budget accounting ]
+    rule 3, NOTE [ Backward storages ], NOTE [ One victim first ]); uses the core's lists,
+    engine and counters."""
+
+    def evict_one(self, first: bool = False) -> bool:
+        """Evict the engine's next victim; False if nothing is evictable. ``first``: the
+        first eviction of a :meth:`make_room` (NOTE [ One victim first ])."""
+        self.sync()
+        prof = _profiling()
+        t0 = time.perf_counter()
+        if prof:
+            with torch.profiler.record_function("tritondtr::select"):
+                v = self._choose(first)
+        else:
+            v = self._choose(first)
+        self.stats.select_s += time.perf_counter() - t0
+        if v is None:
+            if not self._unpin_backward():
+                return False
+            return self.evict_one(first)
+        if prof:
+            with torch.profiler.record_function("tritondtr::evict"):
+                self.drop(self.sid_of[v])
+        else:
+            self.drop(self.sid_of[v])
+        self.stats.evictions += 1
+        return True
+
+    def _choose(self, first: bool) -> int | None:
+        eng = self.engine
+        if first and not self.reuse:
+            ids = eng.select(self.now, 1)
+            return ids[0] if ids else None
+        return eng.choose(self.now)
+
+    def _unpin_backward(self) -> bool:
+        """NOTE [ Backward storages ] rule 2."""
+        if not self.bw:
+            return False
+        eng, any_ = self.engine, False
+        state, pinned, in_bw, eslot = self.state, self.pinned, self.in_bw, self.eslot
+        for sid in self.bw:
+            if in_bw[sid] and state[sid] == RESIDENT and not pinned[sid]:
+                eng.unpin(eslot[sid])
+                any_ = True
+            in_bw[sid] = 0
+        self.bw.clear()
+        self.stats.backward_unpins += any_
+        return any_
+
+    def make_room(self, op: str) -> None:
+        """NOTE [ Budget accounting ] rules 2 and 3, before ``op`` runs."""
+        budget = self.budget
+        if budget is None or self.closed or self.resident <= budget:
+            return
+        if self.lazy:
+            raise AssertionError(
+                "bug of tritondtr: over budget while the engine is deferred "
+                "(NOTE [ Lazy engine ] rule 2)"
+            )
+        first = True
+        while self.resident > budget:
+            if not self.evict_one(first):
+                raise BudgetError(op, self.resident, budget, self.describe_pinned())
+            first = False
+
+    def evict_all(self) -> int:
+        """Evict every candidate now (stress, tests); returns how many."""
+        self.sync()
+        eng, n = self.engine, 0
+        while eng is not None:
+            v = eng.choose(self.now)
+            if v is None:
+                break
+            self.drop(self.sid_of[v])
+            n += 1
+        self.stats.evictions += n
+        return n
+
+    def describe_pinned(self) -> str:
+        eng = self.engine
+        locked = pinned = nl = np_ = 0
+        for slot, sid in enumerate(self.sid_of):
+            if sid < 0 or self.state[sid] != RESIDENT:
+                continue
+            if eng.lock_count(slot):
+                locked += self.size[sid]
+                nl += 1
+            elif not eng.is_candidate(slot):
+                pinned += self.size[sid]
+                np_ += 1
+        return (
+            f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
+            f"{np_} pinned ({pinned} bytes)"
+        )
