@@ -31,7 +31,7 @@ class RuntimeConfig:
         debug: check the engine's and the runtime's invariants after every op (slow).
         never_evict: predicate ``fn(op_name, output) -> bool`` pinning outputs.
         pin_backward: storages created during the backward pass are evicted only when nothing
-            else can be (NOTE [ Backward storages ] in core/core.py).
+            else can be (NOTE [ Backward storages ] in core/evict.py).
     """
 
     budget: int | None = None
