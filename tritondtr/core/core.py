@@ -23,6 +23,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    :class:`BudgetError` names it, the bytes that must stay resident, the budget and what is
 #    pinned or locked; locks are released by the caller, nothing else was changed.
 # 4. ``stress``: after every op everything evictable is evicted, and no budget error exists.
+# 5. Also counted: *outside* bytes, memory the rank holds beside the tracked storages that
+#    the runtime is told about (FSDP2's unsharded parameters; NOTE [ Anchored storages ]
+#    rule 5 in anchors.py). They are never evictable.
 
 # NOTE [ Lazy engine ]
 # 1. Nothing is evicted while the resident bytes stay within the budget, so until then the
@@ -53,6 +56,7 @@ import torch
 
 from ..engine import Engine
 from ..residency import EVICTED, EXTERNAL, FREE, RESIDENT
+from .anchors import Anchors
 from .errors import BudgetError
 from .evict import Evictor
 from .remat import Rematerializer
@@ -76,7 +80,7 @@ class Executor(Protocol):
         forget how to recompute it."""
 
 
-class Core(Evictor, Rematerializer):
+class Core(Evictor, Rematerializer, Anchors):
     """The decisions of one DTR run; see the NOTEs of this module and of :mod:`.remat`.
 
     Args:
@@ -135,6 +139,8 @@ class Core(Evictor, Rematerializer):
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
+        self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
+        self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
 
     # ---------------------------------------------------------------- storages
     def start(self, device: torch.device) -> None:
@@ -281,7 +287,7 @@ class Core(Evictor, Rematerializer):
         """The program's last wrapper of ``sid`` died: free its buffer now; it stays
         recomputable for its dependents until :meth:`forget`."""
         self.held[sid] = 0
-        if self.state[sid] == RESIDENT:
+        if self.state[sid] == RESIDENT and sid not in self.anchored:  # anchors: rule 2
             self.drop(sid)
             self.stats.freed += 1
 
@@ -302,6 +308,7 @@ class Core(Evictor, Rematerializer):
                 eng.unpin(slot)
             eng.evict(slot)
         self.pinned[sid] = 0
+        self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
         self.resident -= self.size[sid]
         self.stats.resident_bytes = self.resident
@@ -321,6 +328,7 @@ class Core(Evictor, Rematerializer):
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
         self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
+        self.anchored.pop(sid, None)
         self.executor.keep(sid)
 
     def forget(self, sid: int) -> None:
@@ -336,6 +344,7 @@ class Core(Evictor, Rematerializer):
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
+        self.anchored.pop(sid, None)
         self.free_ids.append(sid)
 
     def held_storages(self) -> list[int]:
@@ -377,4 +386,8 @@ class Core(Evictor, Rematerializer):
                 assert not self.engine.lock_count(slot), f"storage {sid} locked between ops"
         if self.engine is not None and not self.lazy:
             self.engine.check_invariants()
-        assert total == self.resident, f"resident bytes {self.resident} != storages {total}"
+        assert total + self.outside == self.resident, (
+            f"resident bytes {self.resident} != storages {total} + outside {self.outside}"
+        )
+        for sid in self.anchored:
+            assert self.state[sid] == RESIDENT, f"storage {sid}: anchored, not resident"

@@ -80,8 +80,9 @@ class Evictor:
             return False
         eng, any_ = self.engine, False
         state, pinned, in_bw, eslot = self.state, self.pinned, self.in_bw, self.eslot
+        anchored = self.anchored  # NOTE [ Anchored storages ] rule 4
         for sid in self.bw:
-            if in_bw[sid] and state[sid] == RESIDENT and not pinned[sid]:
+            if in_bw[sid] and state[sid] == RESIDENT and not pinned[sid] and sid not in anchored:
                 eng.unpin(eslot[sid])
                 any_ = True
             in_bw[sid] = 0
@@ -99,6 +100,8 @@ class Evictor:
                 "bug of tritondtr: over budget while the engine is deferred "
                 "(NOTE [ Lazy engine ] rule 2)"
             )
+        if self.engine is None:  # nothing tracked yet: outside bytes alone exceed it
+            raise BudgetError(op, self.resident, budget, self.describe_pinned())
         first = True
         while self.resident > budget:
             if not self.evict_one(first):
@@ -130,7 +133,10 @@ class Evictor:
             elif not eng.is_candidate(slot):
                 pinned += self.size[sid]
                 np_ += 1
-        return (
+        text = (
             f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
             f"{np_} pinned ({pinned} bytes)"
         )
+        if self.outside:
+            text += f", {self.outside} bytes outside the tracked storages (FSDP2 parameters)"
+        return text

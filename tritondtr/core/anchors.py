@@ -1,0 +1,97 @@
+"""Anchors and outside bytes: what the core keeps for an input that goes away for a while.
+
+:class:`Anchors` is the part of :class:`~tritondtr.core.Core` that serves inputs the program
+frees and brings back (FSDP2's unsharded parameters, NOTE [ FSDP2 ] in runtime/fsdp.py): it
+keeps chosen storages resident while such an input is away, answers which held storages
+depend on given ones, and counts bytes the rank holds outside the tracked storages.
+
+# NOTE [ Anchored storages ]
+# 1. An anchored storage is resident and never evicted (an engine pin) until every anchor
+#    taken on it is released: anchors are counted per storage, one per absent input that
+#    needs it. Anchoring an evicted storage recomputes it first, while its inputs are there.
+# 2. An anchor survives the death of the storage's last wrapper: the buffer stays resident
+#    (and counted) while recipes still refer to it, since recomputing it would need the
+#    absent input. Forgetting, freezing or handing the storage out ends its anchors.
+# 3. When its last anchor is released, a storage no wrapper holds is dropped at once (its
+#    input is back, so it is recomputable, and nothing reads it but recomputations); a
+#    held one becomes an ordinary candidate (unless a never-evict or backward pin stays).
+# 4. Backward pins (NOTE [ Backward storages ]) never unpin an anchored storage.
+# 5. *Outside* bytes are memory the rank holds that is no tracked storage (FSDP2's
+#    unsharded parameters while allocated, the runtime's copies of them). They are part of
+#    ``resident`` and of the peak, never evictable; when they grow, victims are evicted
+#    until the budget holds again (NOTE [ Budget accounting ] rule 2, as for an op).
+"""
+
+from __future__ import annotations
+
+from ..residency import EXTERNAL, FREE, RESIDENT
+
+__all__ = ["Anchors"]
+
+
+class Anchors:
+    """Anchored storages and outside bytes of :class:`~tritondtr.core.Core` (NOTE [ Anchored
+    storages ]); uses the core's lists, engine and counters."""
+
+    def anchor(self, sid: int) -> None:
+        """Keep ``sid`` resident and unevictable until :meth:`unanchor` (rule 1)."""
+        state = self.state[sid]
+        if state in (FREE, EXTERNAL):
+            return
+        self.sync()
+        if state != RESIDENT:
+            self.materialize(sid)
+            self.unlock(sid)
+        n = self.anchored.get(sid, 0)
+        self.anchored[sid] = n + 1
+        if n == 0:
+            self.engine.pin(self.eslot[sid])
+
+    def unanchor(self, sid: int) -> None:
+        """Release one anchor of ``sid`` (rule 3)."""
+        n = self.anchored.get(sid, 0)
+        if n > 1:
+            self.anchored[sid] = n - 1
+            return
+        if n == 0:
+            return  # its anchors ended (rule 2)
+        del self.anchored[sid]
+        if self.pinned[sid] or self.in_bw[sid]:
+            return
+        if self.held[sid]:
+            self.engine.unpin(self.eslot[sid])
+        else:
+            self.drop(sid)
+            self.stats.freed += 1
+
+    def held_descendants(self, roots) -> list[int]:
+        """The storages a wrapper holds among ``roots`` and everything computed from them
+        (tracked edges only), in creation order."""
+        inputs, state, held = self.inputs, self.state, self.held
+        children: dict[int, list[int]] = {}
+        for sid, parents in enumerate(inputs):
+            if state[sid] != FREE:
+                for p in parents:
+                    children.setdefault(p, []).append(sid)
+        seen, todo = set(roots), list(roots)
+        while todo:
+            for c in children.get(todo.pop(), ()):
+                if c not in seen:
+                    seen.add(c)
+                    todo.append(c)
+        found = [s for s in seen if held[s] and state[s] not in (FREE, EXTERNAL)]
+        return sorted(found, key=self.born.__getitem__)
+
+    def grow_outside(self, nbytes: int, what: str) -> None:
+        """The rank now holds ``nbytes`` more outside the tracked storages (rule 5)."""
+        self.outside += nbytes
+        self.op_bytes = 0
+        self.grow(nbytes)
+        if self.budget is not None and self.resident > self.budget and not self.closed:
+            self.sync()
+            self.make_room(what)
+
+    def shrink_outside(self, nbytes: int) -> None:
+        self.outside -= nbytes
+        self.resident -= nbytes
+        self.stats.resident_bytes = self.resident
