@@ -251,9 +251,11 @@ def capture_rng(device: torch.device | None, gen) -> tuple:
     return (g, g.get_state())
 
 
-def run_recipe(rec, want) -> list[torch.Tensor]:
+def run_recipe(rec, want, stand_in=None) -> list[torch.Tensor]:
     """Run ``rec`` again on its (resident) inputs; returns the buffers of ``rec.outs[i]`` for
-    ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed."""
+    ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed.
+    ``stand_in``: None, or ``fn(t) -> tensor`` giving what to read for the plain input ``t``
+    (a copy while ``t``'s memory is away: NOTE [ FSDP2 ] in fsdp.py)."""
     args = [list(a) if type(a) is list else a for a in rec.args]
     kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
     copies: dict[int, torch.Tensor] = {}
@@ -278,7 +280,7 @@ def run_recipe(rec, want) -> list[torch.Tensor]:
         else:  # PLAIN
             if src._version != version:
                 raise StaleInputError(rec.info.name, src.shape, version, src._version)
-            v = src
+            v = src if stand_in is None else stand_in(src)
         where = args if type(pos) is int else kwargs
         if j < 0:
             where[pos] = v

@@ -63,6 +63,7 @@ from ..core import Core
 from . import boundary
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
+from .fsdp import FSDPWatch
 from .outputs import blank_writes, forget, fresh, outputs, view_of
 from .recipe import (
     BLANK,
@@ -144,6 +145,7 @@ class Session:
         self.closed = False
         self.debug, self.stress = config.debug, config.stress
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
+        self.fsdp = FSDPWatch(self)  # NOTE [ FSDP2 ] (fsdp.py)
 
     # ------------------------------------------------------------------ context
     @opaque
@@ -162,6 +164,7 @@ class Session:
                 )
         self._mode.__enter__()
         self.active = True
+        self.fsdp.install()
         return self
 
     @opaque
@@ -169,16 +172,22 @@ class Session:
         try:
             self._mode.__exit__(*exc)
         finally:
-            self.active, self.closed = False, True
-            leaves = [ref() for ref, _ in self._hooks.values()]
-            for _, handle in self._hooks.values():
-                handle.remove()
-            self._hooks.clear()
-            self.core.close()
-            for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
-                if p is not None:
-                    self._on_grad(p)
+            try:
+                self.fsdp.close(freeze=exc[0] is None)  # NOTE [ FSDP2 ] rule 6
+            finally:
+                self._close()
         return False
+
+    def _close(self) -> None:
+        self.active, self.closed = False, True
+        leaves = [ref() for ref, _ in self._hooks.values()]
+        for _, handle in self._hooks.values():
+            handle.remove()
+        self._hooks.clear()
+        self.core.close()
+        for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
+            if p is not None:
+                self._on_grad(p)
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -434,7 +443,7 @@ class Session:
         s = self.storage(sid)
         rec = s.recipe
         t0 = time.perf_counter()
-        buf = run_recipe(rec, (s.out,))[0]
+        buf = run_recipe(rec, (s.out,), self.fsdp.stand_in)[0]
         self.stats.recompute_s += time.perf_counter() - t0
         if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
             raise AssertionError(
