@@ -231,8 +231,9 @@ class OpInfo:
     returns exactly one fresh tensor and writes nothing. ``view1``: the op returns exactly
     one tensor, a view of the positional argument ``view1`` (else None). ``inplace1``: the
     op writes its first argument only and returns it (``add_``, ``relu_``). ``special``: one
-    of the rare cases (in-place view, a written argument, refused, uninitialized memory)
-    applies: checked before tracking.
+    of the rare cases (in-place view, a written argument, refused, uninitialized memory,
+    inert) applies: checked before tracking. ``inert``: the op takes no tensor and returns
+    none (the profiler's ``record_function`` markers; NOTE [ What is tracked ] rule 6).
     """
 
     func: torch._ops.OpOverload
@@ -254,6 +255,7 @@ class OpInfo:
     unsupported_grad: str | None
     uninit: bool  # returns uninitialized memory (NOTE [ What is tracked ] rule 5)
     overwrites: bool  # NOTE [ Op semantics ] rule 9
+    inert: bool = False  # no tensor in, no tensor out (NOTE [ What is tracked ] rule 6)
     semantics: Semantics = field(default_factory=Semantics)
 
 
@@ -329,6 +331,7 @@ def _analyze(func) -> OpInfo:
         rets = [(rets[0][0], sem.hidden_alias, None)]
     tags = func.tags
     inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
+    inert = not args and all(kind == OTHER for kind, _, _ in rets)
     flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) else None
     return OpInfo(
         func=func,
@@ -352,11 +355,13 @@ def _analyze(func) -> OpInfo:
             or sem.unsupported
             or sem.unsupported_grad
             or schema.name in _UNINIT
+            or inert
         ),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,
         unsupported_grad=sem.unsupported_grad,
         uninit=schema.name in _UNINIT,
         overwrites=sem.overwrites,
+        inert=inert,
         semantics=sem,
     )

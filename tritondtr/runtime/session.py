@@ -21,6 +21,10 @@
 #    this way and then writes them through raw pointers (DDP's reducer rebuilding its gradient
 #    buckets; a wrapper has no data there). Writes into it are writes to a plain tensor
 #    (NOTE [ In-place versions ] rule 2 in outputs.py), and its bytes are not counted.
+# 6. An op that takes no tensor and returns none (the profiler's ``record_function``
+#    markers, which FSDP2 emits around its collectives) is not tracked: it ticks no clock
+#    and makes no room, so a budget error is never raised from a profiler range's exit,
+#    where it would replace the error that ended the range.
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -211,6 +215,8 @@ class Session:
 
     def _special(self, info, args, kwargs):
         """The rare cases, decided before an op is tracked: the op's result, or ``_TRACK``."""
+        if info.inert:
+            return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 6
         if info.inplace_view and type(args[0]) is DTRTensor:
             return restride(info.func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
