@@ -144,7 +144,8 @@ class FSDPWatch:
             session._hook(p.sharded_param)  # rule 5: its writes freeze
         if core.evicting and id(group) not in self.kept:
             with _disable_current_modes():
-                session.drain()
+                if session.depth == 0:
+                    session.drain()
                 session.depth += 1
                 try:
                     kept = self._keep(group, storages)
@@ -158,15 +159,20 @@ class FSDPWatch:
 
     def after_unshard(self, group) -> None:
         """FSDP brought ``group``'s unsharded parameters back (rules 2, 3 and 5)."""
-        core = self.session.core
+        session = self.session
         kept = self.kept.pop(id(group), None)
-        if kept is not None:
-            self._release(group, kept)
         nbytes = sum(st.nbytes() for _, st in _storages(group))
-        if nbytes and id(group) not in self.counted and not self.session.closed:
-            self.counted[id(group)] = nbytes
-            with _disable_current_modes():
-                core.grow_outside(nbytes, f"FSDP2 all-gather of {_name(group)}")
+        count = nbytes and id(group) not in self.counted and not session.closed
+        if kept is None and not count:
+            return
+        with _disable_current_modes():
+            if session.depth == 0:  # dead storages forgotten before anything is dropped
+                session.drain()
+            if kept is not None:
+                self._release(group, kept)
+            if count:
+                self.counted[id(group)] = nbytes
+                session.core.grow_outside(nbytes, f"FSDP2 all-gather of {_name(group)}")
 
     # ------------------------------------------------------------------ cuts
     def _keep(self, group, storages) -> Kept | None:
@@ -207,9 +213,8 @@ class FSDPWatch:
                     "tracked storages depended on their old values (a write the session did "
                     "not see; NOTE [ FSDP2 ] rule 5)"
                 )
-        with _disable_current_modes():
-            for sid in kept.anchors:
-                core.unanchor(sid)
+        for sid in kept.anchors:
+            core.unanchor(sid)
         for key in kept.copies:
             del self.copies[key]
         if kept.nbytes:
