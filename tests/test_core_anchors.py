@@ -39,7 +39,7 @@ def chain(budget=None, stress=False, n=4, size=100):
 
 
 def test_anchor_recomputes_pins_and_survives_release():
-    core, ex, (a, b, c, d) = chain(stress=True)
+    core, ex, (_, _, c, _) = chain(stress=True)
     assert core.state[c] == EVICTED
     core.anchor(c)
     assert core.state[c] == RESIDENT and ex.recomputed[-1] == c
@@ -54,7 +54,7 @@ def test_anchor_recomputes_pins_and_survives_release():
 
 
 def test_anchors_are_counted_and_a_held_storage_becomes_a_candidate():
-    core, _, (a, b, c, d) = chain(stress=True)
+    core, _, (*_, d) = chain(stress=True)
     core.anchor(d)
     core.anchor(d)
     core.unanchor(d)
