@@ -21,9 +21,11 @@
 #    there. All of it ends when FSDP brings the group's parameters back (``_to_unsharded``).
 #    Decided per group, not per parameter: the held dependents of a block are the same for
 #    all its parameters, so per parameter a small bias always looked cheaper to copy.
-#    After a block's forward the copy is smallest here (few parameters, many activations);
-#    after its backward the held dependents are (the loss and the gradient flowing on);
-#    measurements and the single-cut policies: docs/benchmarks.md (FSDP2). Ties prefer b.
+#    After a block's forward the copy is smallest when activations outweigh parameters, the
+#    readers when parameters do; after its backward the held dependents are (the loss and
+#    the gradient flowing on, against the block's whole forward, which still leads to the
+#    loss). Each single cut fails on one of docs/benchmarks.md's two stacks (FSDP2).
+#    Ties prefer b, then a.
 # 3. The budget counts what the rank holds for FSDP while the session sees it: each unsharded
 #    parameter from ``to_unsharded`` to its free, and the copies of rule 2c (outside bytes,
 #    NOTE [ Anchored storages ] rule 5). Not counted, like parameters without FSDP: the
