@@ -26,12 +26,12 @@
 #    the gradient flowing on, against the block's whole forward, which still leads to the
 #    loss). Each single cut fails on one of docs/benchmarks.md's two stacks (FSDP2).
 #    Ties prefer b, then a.
-# 3. The budget counts what the rank holds for FSDP while the session sees it: each unsharded
-#    parameter from ``to_unsharded`` to its free, and the copies of rule 2c (outside bytes,
-#    NOTE [ Anchored storages ] rule 5). Not counted, like parameters without FSDP: the
-#    sharded parameters, gradients, optimizer state, and FSDP's transient all-gather and
-#    reduce-scatter buffers. With ``budget=None`` nothing is kept (nothing is evicted),
-#    and ``stats.peak_bytes`` is the baseline peak in this accounting.
+# 3. The budget counts what the rank holds for FSDP while the session sees it: a group's
+#    unsharded parameters from ``_to_unsharded`` to their free, and the copies of rule 2c
+#    (outside bytes, NOTE [ Anchored storages ] rule 5). Not counted, like parameters
+#    without FSDP: the sharded parameters, gradients, optimizer state, and FSDP's transient
+#    all-gather and reduce-scatter buffers. With ``budget=None`` nothing is kept (nothing
+#    is evicted), and ``stats.peak_bytes`` is the baseline peak in this accounting.
 # 4. FSDP's own buffers never become wrappers: its copies and collectives run under no_grad
 #    on plain tensors (NOTE [ What is tracked ] rule 2), it allocates with ``torch.empty``
 #    (rule 5), and a parameter's gradient is plain before FSDP reduce-scatters it (rule 4).
@@ -41,8 +41,9 @@
 #    freezes every held storage. A sharded parameter found changed when FSDP brings it back
 #    while storages still depend on its old value is a bug of tritondtr (an unseen write).
 # 6. At exit, if FSDP freed a parameter during the session, every held storage is frozen
-#    (NOTE [ Parameter writes ] rule 2) and the copies are dropped: wrappers that escape the
-#    session never depend on FSDP's memory, which the next step overwrites unseen.
+#    (NOTE [ Parameter writes ] rule 2), the copies are dropped and FSDP's memory is no
+#    longer counted: wrappers that escape the session never depend on FSDP's memory, which
+#    the next step overwrites unseen.
 """
 
 from __future__ import annotations
@@ -127,11 +128,11 @@ class FSDPWatch:
                 cls._to_sharded, cls._to_sharded_post_forward, cls._to_unsharded = saved
                 self._saved = None
             core = self.session.core
-            for kept in self.kept.values():
-                if kept.nbytes:
-                    core.shrink_outside(kept.nbytes)
+            core.shrink_outside(sum(k.nbytes for k in self.kept.values()))
+            core.shrink_outside(sum(self.counted.values()))
             self.kept.clear()
             self.copies.clear()
+            self.counted.clear()
 
     # ----------------------------------------------------------------- events
     def before_free(self, group) -> None:
