@@ -234,6 +234,40 @@ def test_invariants_hold_after_every_event(heuristic):
         eng.check_invariants()
 
 
+def test_eqclass_kept_values_between_flushes():
+    """NOTE [ Incremental class values ]: with class changes still pending (no flush, no
+    stage), every resident slot's kept value is rule 2's, which is what Engine.choose reads,
+    and the class bookkeeping holds after every event."""
+    rng = random.Random(11)
+    eng = Engine("dtr_eq", device="cpu", capacity=2)
+    nb, slots = eng.nbhd, []
+    for now in range(1, 400):
+        op = rng.random()
+        res = [s for s in slots if eng.is_resident(s)]
+        ev = [s for s in slots if eng.is_evicted(s)]
+        if op < 0.3 or not slots:
+            slots.append(eng.new(_cost(rng), 8, now, rng.sample(slots[-8:], min(3, len(slots)))))
+        elif op < 0.6 and res:
+            eng.evict(rng.choice(res))
+        elif op < 0.75 and ev:
+            eng.remat(rng.choice(ev), now)
+        elif op < 0.82:
+            t = rng.choice(slots)
+            slots.remove(t)
+            eng.release(t)
+        elif op < 0.92:
+            eng.set_cost(rng.choice(slots), _cost(rng))
+        elif len(slots) >= 2:
+            p, s = sorted(rng.sample(slots, 2))
+            eng.add_parents(s, [p])
+        nb.classes.check_invariants()
+        for s in slots:
+            if eng.is_resident(s):
+                assert nb.value(s) == nb.classes.rule2(s), f"slot {s} at event {now}"
+        if now % 50 == 0:
+            eng.check_invariants()  # stages: every pending change reaches its frontier
+
+
 def _chain(heuristic: str, costs: list[float]) -> tuple[Engine, list[int]]:
     eng = Engine(heuristic, device="cpu")
     slots: list[int] = []

@@ -259,6 +259,13 @@ class MetadataTable:
         if not self._zero_copy:
             self._dirty.append(slot)
 
+    def set_nbhd_costs(self, slots: list[int], nbhd_costs: list[float]) -> None:
+        """``set_nbhd_cost`` for many live slots, from host lists (the neighbourhood's flush;
+        not checked, unlike :meth:`update_many`, whose checks cost ~10 us a call)."""
+        self.host_nbhd_cost.put(slots, nbhd_costs)
+        if not self._zero_copy:
+            self._dirty.extend(slots)
+
     def free(self, slot: int) -> None:
         """Stop tracking ``slot``; it returns to the free list with zeroed columns."""
         if self.host_state[slot] == SlotState.FREE:
