@@ -123,17 +123,23 @@ class EqClasses:
             self.base[r] += self.val[root] - self.pend[root]
             self.dirty.add(r)
 
-    def _new_node(self, slot: int) -> int:
+    def _new_node(self, slot: int, v: int, root: int) -> int:
+        """A node for the evicted ``slot`` of fixed cost ``v``: a class of its own if ``root``
+        is -1, else a member of class ``root`` (whose value the caller updates)."""
         if self.free:
             n = self.free.pop()
         else:
             n = len(self.parent)
             for col in (self.parent, self.val, self.pend, self.slot, self.members, self.front):
                 col.append(None)
-            self.live.append(1)
-        self.parent[n], self.pend[n], self.slot[n] = n, 0, slot
-        self.val[n] = _fixed(self.cost[slot])
-        self.members[n], self.front[n], self.live[n] = [n], {}, 1
+            self.live.append(0)
+        self.val[n], self.pend[n], self.slot[n] = v, 0, slot
+        if root < 0:
+            self.parent[n], self.members[n], self.front[n], self.live[n] = n, [n], {}, 1
+        else:
+            self.parent[n], self.members[n], self.front[n], self.live[n] = root, None, None, 0
+            self.members[root].append(n)
+            self.live[root] += 1
         self.ecn[slot] = n
         return n
 
@@ -180,12 +186,11 @@ class EqClasses:
             self._enter(self.find(self.ecn[slot]), p)
 
     def evict(self, t: int) -> None:
-        """Rule 1, keeping the frontier counters (``t`` is already marked evicted)."""
+        """Rule 1, keeping the frontier counters (``t`` is already marked evicted). The
+        classes of t's evicted neighbours merge first, then t joins the merged class: the
+        same class and values as a fresh class {t} merged with each, with no union for {t}."""
         st, find, ecn, front = self.state, self.find, self.ecn, self.front
-        base, dirty = self.base, self.dirty
-        n = self._new_node(t)
-        own, v = front[n], self.val[n]
-        roots = []
+        roots, res = [], []
         for adj in (self.parents[t], self.children[t]):
             for m in adj:
                 s = st[m]
@@ -199,15 +204,28 @@ class EqClasses:
                         del f[t]
                     roots.append(root)
                 elif s == RESIDENT:
-                    c = own.get(m, 0)
-                    own[m] = c + 1
-                    if not c:  # the fresh class {t} (pend 0) enters m's value
-                        base[m] += v
-                        dirty.add(m)
-        base[t] = 0  # a slot that is not resident keeps base 0
-        root = n
-        for other in roots:
+                    res.append(m)
+        self.base[t] = 0  # a slot that is not resident keeps base 0
+        v = _fixed(self.cost[t])
+        if not roots:
+            own = front[self._new_node(t, v, -1)]
+            base, dirty = self.base, self.dirty
+            for m in res:  # a fresh class of pend 0 enters m's value
+                c = own.get(m, 0)
+                own[m] = c + 1
+                if not c:
+                    base[m] += v
+                    dirty.add(m)
+            return
+        root = roots[0]
+        for other in roots[1:]:
             root = self._union(root, other)
+        self._new_node(t, v, root)
+        self.val[root] += v  # rule 1 of NOTE [ Incremental class values ]
+        self.pend[root] += v
+        enter = self._enter
+        for m in res:
+            enter(root, m)
         if self.pend[root]:
             self.dirty_classes.append(root)
 
