@@ -8,6 +8,7 @@ engine's values are exact functions of the evicted set (NOTE [ Neighbourhood sta
 
 from __future__ import annotations
 
+import math
 import random
 from fractions import Fraction
 
@@ -266,6 +267,20 @@ def test_eqclass_kept_values_between_flushes():
                 assert nb.value(s) == nb.classes.rule2(s), f"slot {s} at event {now}"
         if now % 50 == 0:
             eng.check_invariants()  # stages: every pending change reaches its frontier
+
+
+def test_eqclass_staged_values_convert_like_ldexp():
+    """The bulk conversion of kept values (numpy's int -> float64, then the exact scaling)
+    gives ldexp's float64, halfway cases included (ties to even), in both branches."""
+    rng = random.Random(3)
+    classes = Engine("dtr_eq", device="cpu", capacity=64).nbhd.classes
+    for _ in range(50):
+        for i in range(64):
+            m, sh = rng.getrandbits(53) | 1 << 52, rng.randint(1, 200)
+            classes.base[i] = rng.choice([0, 1, rng.getrandbits(170), m << sh | 1 << sh - 1])
+        want = [math.ldexp(b, -149) for b in classes.base]
+        assert list(classes.staged(list(range(64)))) == want
+        assert list(classes.staged([5, 9])) == [want[5], want[9]]
 
 
 def _chain(heuristic: str, costs: list[float]) -> tuple[Engine, list[int]]:
