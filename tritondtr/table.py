@@ -22,6 +22,7 @@ class SlotState(enum.IntEnum):
     EVICTED = 3
 
 
+_FREE = int(SlotState.FREE)
 _EVICTABLE = int(SlotState.RESIDENT_EVICTABLE)
 _NAN = np.float32(np.nan)
 
@@ -268,10 +269,13 @@ class MetadataTable:
 
     def free(self, slot: int) -> None:
         """Stop tracking ``slot``; it returns to the free list with zeroed columns."""
-        if self.host_state[slot] == SlotState.FREE:
+        if self.host_state[slot] == _FREE:  # a plain int: == an IntEnum takes ~3 us
             raise ValueError(f"slot {slot} is already free (double free is a bug of the caller)")
-        for name in self.COLUMNS:
-            getattr(self, "host_" + name)[slot] = 0
+        self.host_cost[slot] = 0  # every column of COLUMNS, written out: no getattr per call
+        self.host_size[slot] = 0
+        self.host_last_access[slot] = 0
+        self.host_nbhd_cost[slot] = 0
+        self.host_state[slot] = 0
         self.host_evictable_size[slot] = _NAN
         self._free.append(slot)
         if not self._zero_copy:
