@@ -8,6 +8,7 @@ engine's values are exact functions of the evicted set (NOTE [ Neighbourhood sta
 
 from __future__ import annotations
 
+import math
 import random
 from fractions import Fraction
 
@@ -232,6 +233,54 @@ def test_invariants_hold_after_every_event(heuristic):
             slots.remove(t)
             eng.release(t)
         eng.check_invariants()
+
+
+def test_eqclass_kept_values_between_flushes():
+    """NOTE [ Incremental class values ]: with class changes still pending (no flush, no
+    stage), every resident slot's kept value is rule 2's, which is what Engine.choose reads,
+    and the class bookkeeping holds after every event."""
+    rng = random.Random(11)
+    eng = Engine("dtr_eq", device="cpu", capacity=2)
+    nb, slots = eng.nbhd, []
+    for now in range(1, 400):
+        op = rng.random()
+        res = [s for s in slots if eng.is_resident(s)]
+        ev = [s for s in slots if eng.is_evicted(s)]
+        if op < 0.3 or not slots:
+            slots.append(eng.new(_cost(rng), 8, now, rng.sample(slots[-8:], min(3, len(slots)))))
+        elif op < 0.6 and res:
+            eng.evict(rng.choice(res))
+        elif op < 0.75 and ev:
+            eng.remat(rng.choice(ev), now)
+        elif op < 0.82:
+            t = rng.choice(slots)
+            slots.remove(t)
+            eng.release(t)
+        elif op < 0.92:
+            eng.set_cost(rng.choice(slots), _cost(rng))
+        elif len(slots) >= 2:
+            p, s = sorted(rng.sample(slots, 2))
+            eng.add_parents(s, [p])
+        nb.classes.check_invariants()
+        for s in slots:
+            if eng.is_resident(s):
+                assert nb.value(s) == nb.classes.rule2(s), f"slot {s} at event {now}"
+        if now % 50 == 0:
+            eng.check_invariants()  # stages: every pending change reaches its frontier
+
+
+def test_eqclass_staged_values_convert_like_ldexp():
+    """The bulk conversion of kept values (numpy's int -> float64, then the exact scaling)
+    gives ldexp's float64, halfway cases included (ties to even), in both branches."""
+    rng = random.Random(3)
+    classes = Engine("dtr_eq", device="cpu", capacity=64).nbhd.classes
+    for _ in range(50):
+        for i in range(64):
+            m, sh = rng.getrandbits(53) | 1 << 52, rng.randint(1, 200)
+            classes.base[i] = rng.choice([0, 1, rng.getrandbits(170), m << sh | 1 << sh - 1])
+        want = [math.ldexp(b, -149) for b in classes.base]
+        assert list(classes.staged(list(range(64)))) == want
+        assert list(classes.staged([5, 9])) == [want[5], want[9]]
 
 
 def _chain(heuristic: str, costs: list[float]) -> tuple[Engine, list[int]]:

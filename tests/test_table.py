@@ -177,6 +177,23 @@ def test_select_reads_current_metadata():
     assert table.select("lru", now=10, k=3).tolist() == []
 
 
+def test_set_nbhd_costs_rounds_like_set_nbhd_cost():
+    """The flush's batched write gives the float32 that one slot at a time gives: ties to
+    even, subnormals, and inf past float32's maximum (with numpy's overflow warning)."""
+    f32max = float(np.finfo(np.float32).max)
+    values = [0.0, 0.1, 1 + 2**-24, 1 + 3 * 2**-24, 2**-149, 3 * 2**-150, f32max, 2 * f32max]
+    one, many = MetadataTable(4, device="cpu"), MetadataTable(4, device="cpu")
+    slots = [one.add(1.0, 8, 0) for _ in values]
+    assert [many.add(1.0, 8, 0) for _ in values] == slots
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        for s, v in zip(slots, values):
+            one.set_nbhd_cost(s, v)
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        many.set_nbhd_costs(slots, values)
+    assert np.array_equal(one.host_nbhd_cost.view(np.int32), many.host_nbhd_cost.view(np.int32))
+    assert many.host_nbhd_cost[slots[-1]] == np.inf
+
+
 @pytest.mark.gpu
 def test_cuda_staging_matches_host():
     table = MetadataTable(16, device="cuda")
@@ -185,6 +202,7 @@ def test_cuda_staging_matches_host():
     for s in slots[::7].tolist():
         table.touch(int(s), 99)
         table.set_nbhd_cost(int(s), 3.5)
+    table.set_nbhd_costs(slots[3::11].tolist(), [0.1] * len(slots[3::11]))
     table.free_many(slots[1::5])
     table.flush()
     table.check_invariants()

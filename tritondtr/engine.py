@@ -166,13 +166,17 @@ class Engine:
 
     def access(self, slot: int, now: int) -> None:
         """Record a use of ``slot`` at logical time ``now`` (last_access = now)."""
-        self._live(slot, "access")
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot]):  # the checks inline: a hot path
+            self._live(slot, "access")
         self.table.touch(slot, now)
         self._epoch += 1
 
     def lock(self, slot: int) -> None:
         """Take a (re-entrant) lock: a locked slot is never a candidate. Needs a resident slot."""
-        self._resident(slot, "lock")
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot] == RESIDENT):
+            self._resident(slot, "lock")
         c = self._locks[slot]
         self._locks[slot] = c + 1
         if c == 0 and not self._pinned[slot]:
@@ -180,7 +184,9 @@ class Engine:
 
     def unlock(self, slot: int) -> None:
         """Release one lock taken by :meth:`lock`."""
-        self._resident(slot, "unlock")
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot] == RESIDENT):
+            self._resident(slot, "unlock")
         c = self._locks[slot]
         if c == 0:
             raise ValueError(f"unlock: slot {slot} is not locked (unbalanced lock/unlock)")
@@ -197,7 +203,9 @@ class Engine:
             self.table.set_state(slot, _LOCKED)
 
     def unpin(self, slot: int) -> None:
-        self._resident(slot, "unpin")
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot] == RESIDENT):
+            self._resident(slot, "unpin")
         if self._pinned[slot]:
             self._pinned[slot] = 0
             if not self._locks[slot]:
@@ -206,7 +214,9 @@ class Engine:
 
     def evict(self, slot: int) -> None:
         """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated."""
-        self._resident(slot, "evict")
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot] == RESIDENT):
+            self._resident(slot, "evict")
         if self._locks[slot] or self._pinned[slot]:
             raise ValueError(
                 f"evict: slot {slot} is locked ({self._locks[slot]} locks) or pinned "
@@ -220,8 +230,9 @@ class Engine:
         """An evicted ``slot`` was recomputed: resident again, last_access = now. ``None``
         keeps the last access it had (a recomputation the program did not ask for; NOTE
         [ A recomputation is not a use ] in core/remat.py)."""
-        self._live(slot, "remat")
-        if self._st[slot] != EVICTED:
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot] == EVICTED):
+            self._live(slot, "remat")
             raise ValueError(f"remat: slot {slot} is resident, not evicted; nothing to redo")
         if now is not None:
             self.table.touch(slot, now)
@@ -249,7 +260,13 @@ class Engine:
 
     def is_candidate(self, slot: int) -> bool:
         """Resident, unlocked and unpinned: :meth:`evict` would accept it."""
-        return self.is_resident(slot) and not self._locks[slot] and not self._pinned[slot]
+        st = self._st
+        return (
+            0 <= slot < len(st)
+            and st[slot] == RESIDENT
+            and not self._locks[slot]
+            and not self._pinned[slot]
+        )
 
     def lock_count(self, slot: int) -> int:
         return self._locks[slot]

@@ -16,14 +16,17 @@ searches and closure masks of exact/ancestors live in :mod:`tritondtr.regions` (
 
 # NOTE [ Neighbourhood staging ]
 # 1. Events only record where something changed; nothing is recomputed then. exact/ancestors:
-#    the slot is a "start" (evict, remat, cost change, both ends of a new edge). eqclass: the
-#    changed class is recorded, and the resident neighbours that lose a class are marked dirty.
+#    the slot is a "start" (evict, remat, cost change, both ends of a new edge). eqclass: a
+#    change of a class's value is recorded in the class, for its whole frontier at once; the
+#    resident slots that gain or lose a class are updated and marked dirty (NOTE
+#    [ Incremental class values ] in eqclass.py).
 # 2. ``flush()`` first turns the records into dirty resident slots: exact: one multi-source
 #    search down (children) and one up (parents) from all starts through evicted slots, with
 #    one shared ``seen`` set, marking the resident slots met (and resident starts); ancestors:
 #    the search down only; eqclass: the frontier of every recorded class (the resident slots
-#    adjacent to its live members, kept as counters). It then recomputes each dirty slot once
-#    and writes the table column. The engine flushes before every selection.
+#    adjacent to its live members, kept as counters) takes the class's recorded change. It
+#    then computes each dirty slot's value once (eqclass: reads the kept value) and writes the
+#    table column. The engine flushes before every selection.
 # 3. Deferring is exact: if a resident r's value changed, some path from r (through slots
 #    evicted now, or evicted at the last flush) reaches a touched slot; the touched slot
 #    closest to r is a start whose prefix towards r was evicted all along, so the search
@@ -87,7 +90,7 @@ class Neighborhood:
         self.recomputed = 0  # counter: nbhd values computed by flush
         graph = (self.state, self.cost, self.parents, self.children)
         self.regions = Regions(*graph, exact=self.mode is NbhdMode.EXACT)
-        self.classes = EqClasses(*graph)
+        self.classes = EqClasses(*graph, self.dirty)
         if self.tracking:
             self._value = {
                 NbhdMode.EXACT: self.regions.value_exact,
@@ -132,7 +135,7 @@ class Neighborhood:
             ps.append(p)
             ch[p].append(slot)
             if self._eq:
-                self.classes.on_edge(slot, p, self.dirty)
+                self.classes.on_edge(slot, p)
             elif st[p] == EVICTED or st[slot] == EVICTED:
                 self._starts.add(slot)
                 self._starts.add(p)
@@ -154,9 +157,9 @@ class Neighborhood:
             self.state[slot] = RESIDENT
             return
         if self._eq:
-            self.classes.leave(slot, self.dirty)
+            self.classes.leave(slot)
             self.state[slot] = RESIDENT
-            self.classes.join_front(slot, 1)
+            self.classes.join_front(slot)
         else:
             self.state[slot] = RESIDENT
             self._starts.add(slot)
@@ -167,9 +170,9 @@ class Neighborhood:
         if self.tracking:
             st = self.state
             if self._eq and st[slot] == EVICTED:
-                self.classes.leave(slot, self.dirty)
+                self.classes.leave(slot)
             elif self._eq:
-                self.classes.join_front(slot, -1)
+                self.classes.leave_front(slot)
             elif st[slot] == EVICTED or slot in self._starts:
                 # NOTE [ Neighbourhood staging ] rule 3: mark now, the edges are about to go.
                 self._starts.discard(slot)
@@ -210,7 +213,7 @@ class Neighborhood:
                 self.regions.mark_from(starts, self.parents, dirty)
             starts.clear()
         if self.classes.dirty_classes:
-            self.classes.stage(self.dirty)
+            self.classes.stage()
 
     def flush(self) -> int:
         """Recompute every dirty resident slot and write the table column; returns how many."""
@@ -221,18 +224,18 @@ class Neighborhood:
         slots = list(dirty)
         dirty.clear()
         vals = None
-        if not self._eq and len(slots) >= _BATCH_MIN:
+        if self._eq:  # staged: NOTE [ Incremental class values ]
+            vals = self.classes.staged(slots)
+        elif len(slots) >= _BATCH_MIN:
             vals = self.regions.batch_values(slots, _MAX_CACHE_BITS)
         if vals is None:
             value = self._value
             vals = [value(r) for r in slots]
         self.recomputed += len(slots)
-        if len(slots) <= 32:
-            set_nbhd = self.table.set_nbhd_cost
-            for r, v in zip(slots, vals):
-                set_nbhd(r, v)
+        if len(slots) == 1:
+            self.table.set_nbhd_cost(slots[0], vals[0])
         else:
-            self.table.update_many(np.asarray(slots, np.int64), nbhd_cost=np.asarray(vals))
+            self.table.set_nbhd_costs(slots, vals)
         return len(slots)
 
     def value(self, slot: int) -> float:
@@ -276,9 +279,10 @@ class Neighborhood:
         for s in self.dirty:
             assert st[s] == RESIDENT, f"dirty slot {s} is {_STATE_NAMES[st[s]]}"
         host = self.table.host_nbhd_cost
+        value = self.classes.rule2 if self._eq else self._value
         for s in range(len(st)):
             if st[s] == RESIDENT and s not in self.dirty:
-                want = np.float32(self._value(s))
+                want = np.float32(value(s))
                 assert host[s] == want, f"slot {s}: nbhd_cost {host[s]} but current is {want}"
         self.regions.check_invariants()
         if self._eq:
