@@ -1,8 +1,8 @@
 """What does one view cost at the end of a chain of ``k`` views, ``y = y.view(n)``?
 
-In eager mode a view costs the same at any depth. Autograd chains the view-replay functions
-of a wrapper subclass's views, so there a view costs O(depth) and a chain of ``k`` views
-O(k^2).
+In eager mode a view costs the same at any depth. A view of a wrapper subclass costs autograd
+O(depth) (NOTE [ View chains ] in tritondtr/runtime/tensor.py), so a chain of ``k`` views is
+O(k^2) unless the runtime keeps the chains short.
 
 # NOTE [ View chain benchmark ]
 # 1. Cases: ``chain`` (``k`` views of a tensor made inside the session, then the chain is
