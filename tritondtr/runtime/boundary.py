@@ -22,7 +22,7 @@ from ..residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
 from .recipe import Storage, derive
 from .semantics import ONE
-from .tensor import DTRTensor
+from .tensor import WRAPPER_TYPES, DTRTensor
 
 __all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
 
@@ -62,7 +62,7 @@ def writes_leaf(session, info, args, kwargs) -> bool:
     for key in info.written:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
         for t in v if isinstance(v, (list, tuple)) else (v,):
-            if isinstance(t, torch.Tensor) and type(t) is not DTRTensor:
+            if isinstance(t, torch.Tensor) and type(t) not in WRAPPER_TYPES:
                 h = hooks.get(id(t))
                 if h is not None and h[0]() is t:
                     return True
@@ -139,6 +139,6 @@ def check_invariants(session) -> None:
 
 
 def unwrap_any(v):
-    if type(v) is DTRTensor:
+    if type(v) in WRAPPER_TYPES:
         return v._cell.session.value(v, escape=True)
     return v

@@ -36,7 +36,7 @@ import torch
 
 from .recipe import WRITE, Cell, Recipe, blank, geometry
 from .semantics import ONE, OTHER
-from .tensor import DTRTensor
+from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 
 if TYPE_CHECKING:
     from .session import Session
@@ -63,7 +63,7 @@ def outputs(
         elif view is not None:
             src = args[view] if type(view) is int else kwargs[view]
             psrc = pargs[view] if type(view) is int else pkw[view]
-            if type(src) is DTRTensor and src._cell.session is session:
+            if type(src) in WRAPPER_TYPES and src._cell.session is session:
                 if kind == ONE:
                     res[r] = view_of(o, src, psrc)
                 else:
@@ -126,7 +126,7 @@ def view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
         view = src._view
     else:
         view = geometry(o)
-    return DTRTensor(src._cell, o, view)
+    return view_wrapper(src, o, view)
 
 
 def blank_writes(inputs, pargs, pkw, parents) -> list[tuple[int, tuple]]:

@@ -45,7 +45,7 @@ from ..traceformat.builder import TraceBuilder
 from ..traceformat.trace import InputFlag, TensorFlag, Trace
 from .recipe import PLAIN, WRITE
 from .semantics import ONE, OTHER
-from .tensor import DTRTensor
+from .tensor import WRAPPER_TYPES
 
 if TYPE_CHECKING:
     from .session import Session
@@ -110,7 +110,7 @@ class Recorder:
             if kind == OTHER or wrote_arg is not None:
                 continue
             for w in [res[r]] if kind == ONE else list(res[r] or ()):
-                if type(w) is not DTRTensor or w._cell.session is not self.session:
+                if type(w) not in WRAPPER_TYPES or w._cell.session is not self.session:
                     continue
                 s = w._cell.storage
                 if view is None:

@@ -84,7 +84,7 @@ from .recipe import (
 )
 from .semantics import _CACHE, ONE, op_info
 from .stats import SessionStats
-from .tensor import DTRTensor, restride
+from .tensor import WRAPPER_TYPES, DTRTensor, restride
 
 __all__ = ["Session"]
 
@@ -217,7 +217,7 @@ class Session:
         """The rare cases, decided before an op is tracked: the op's result, or ``_TRACK``."""
         if info.inert:
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 6
-        if info.inplace_view and type(args[0]) is DTRTensor:
+        if info.inplace_view and type(args[0]) in WRAPPER_TYPES:
             return restride(info.func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
             return boundary.call_plain(info, args, kwargs)
@@ -337,7 +337,7 @@ class Session:
                     forget(pargs, pkw, e)
             elif info.view1 is not None:  # one view: outputs' other common case
                 src = args[info.view1]
-                if type(src) is DTRTensor and src._cell.session is self:
+                if type(src) in WRAPPER_TYPES and src._cell.session is self:
                     out = view_of(out, src, pargs[info.view1])
             else:
                 out = outputs(
@@ -385,7 +385,7 @@ class Session:
 
     def _in(self, v, key, j, w, inputs, locked, parents, wrote):
         """The plain value of tensor argument ``v``; records it in ``inputs``."""
-        if type(v) is DTRTensor:
+        if type(v) in WRAPPER_TYPES:
             cell = v._cell
             s = cell.storage
             if cell.session is self and s.recipe is not None:
@@ -498,7 +498,7 @@ class Session:
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
         g = p.grad
-        if type(g) is DTRTensor and g.grad_fn is None:
+        if type(g) in WRAPPER_TYPES and g.grad_fn is None:
             p.grad = g._cell.session.value(g, escape=True)
 
 
@@ -508,9 +508,9 @@ def _any_wrapper(info, args, kwargs) -> bool:
         if v is None:
             continue
         if kind == ONE:
-            if type(v) is DTRTensor:
+            if type(v) in WRAPPER_TYPES:
                 return True
-        elif any(type(t) is DTRTensor for t in v):
+        elif any(type(t) in WRAPPER_TYPES for t in v):
             return True
     return False
 
