@@ -9,9 +9,10 @@
 #    list, merged with a tile only when some slot of the tile beats the list's K-th pair.
 # 3. A lexicographic min is two built-in reductions (min of the keys, then min of the slots
 #    holding that key) rather than one tl.reduce with a tuple combine function. The
-#    interpreter calls a custom combine function once per element in Python: 0.67 s for a
-#    4096-slot tile against 2.2 ms for the two built-ins (2-core CPU box, triton 3.9). On a
-#    GPU it is two reduction trees instead of one (not measured).
+#    interpreter calls a custom combine function once per element in Python, so a tile took
+#    far longer than with the two built-ins (measured: see docs/benchmarks.md, Measurements
+#    behind the NOTEs, One-launch selection). On a GPU it is two reduction trees instead of
+#    one (not measured).
 # 4. Every program writes its K pairs to the partials, then takes a ticket from a counter
 #    (barrier first, acq_rel atomic): the program that draws the last ticket reads all the
 #    partials (bypassing L1: .cg), reduces them to the final K, writes the slot ids and
