@@ -8,7 +8,8 @@ when nothing is left, the backward pass's storages are unpinned; then :class:`Bu
 # NOTE [ Backward storages ]
 # 1. Storages created while autograd runs a backward pass are pinned when created: gradients
 #    flow through them right away, and evicting them mostly causes rematerialization cascades
-#    (about 17x fewer rematerializations at a 23 % budget on an MLP when they stay).
+#    (far fewer rematerializations when they stay; measured: see docs/benchmarks.md,
+#    Measurements behind the NOTEs, Backward storages).
 # 2. They are the lowest priority, not never: when nothing else can be evicted and the budget
 #    is exceeded, all of them are unpinned at once and become ordinary candidates.
 
@@ -21,7 +22,8 @@ when nothing is left, the backward pass's storages are unpinned; then :class:`Bu
 #    definition the exact victim ``choose`` would give. Further evictions of the same call
 #    use ``choose`` and its batched list. Victims, and so the values, peaks and
 #    rematerializations, are those of ``choose`` alone; only the number of scorings changes.
-#    Measurements: docs/benchmarks.md, Eviction path.
+#    Measured: see docs/benchmarks.md, Runtime, CPU ("Top-8 against top-1 scoring" and the
+#    table after it) and Engine events.
 """
 
 from __future__ import annotations
