@@ -22,8 +22,9 @@ recomputation runs through the core's executor under the budget.
 #    older one is usually an ancestor of the newer (a residual stream ``x + f(x)``), so it
 #    is computed before its descendants rather than under their locks, and is not
 #    recomputed once inside the newer one's frame, lost, and recomputed again (a residual
-#    chain of 12 blocks under ``stress``: 741 rematerializations against 81,831 newest
-#    first; docs/benchmarks.md).
+#    chain under ``stress`` needs far fewer rematerializations this way than newest first;
+#    measured: see docs/benchmarks.md, Measurements behind the NOTEs, Iterative
+#    rematerialization).
 # 5. The inputs held for pending frames can fill the budget: along a backward chain whose
 #    gradients were evicted, every level holds the activation it recomputed first. When a
 #    recomputation then cannot make room, every lock of every frame is released (the frames
@@ -35,7 +36,9 @@ recomputation runs through the core's executor under the budget.
 #    rematerializations per distinct storage given a frame, and more than 10,000 in all)
 #    raises :class:`ThrashError` (a BudgetError) between two recomputations instead of
 #    running on for minutes. The bound is loose on purpose: the zoo TreeLSTM at scale 1, 30 %
-#    and ``lru`` needs ~25 per storage in one call and finishes. Unwinding is rule 3's.
+#    and ``lru`` recomputes its storages many times in one call and finishes (measured: see
+#    docs/benchmarks.md, Measurements behind the NOTEs, Iterative rematerialization).
+#    Unwinding is rule 3's.
 # 7. ``stress`` (no budget) evicts everything evictable after every recomputation, so only
 #    what the pending frames lock survives from one recomputation to the next. Where two
 #    frames share an evicted ancestor that neither locks (an LSTM's gates feed its input,
@@ -60,9 +63,10 @@ recomputation runs through the core's executor under the budget.
 #    storages a wrapper holds, take ``now``.
 # 3. Why: with ``now`` for every recomputed storage, TinyGPT at the checkpoint's peak kept
 #    most of its budget in such intermediates during the backward, all "just used", and
-#    evicted the saved activations recomputed with them, then recomputed those again (about
-#    1.8x the rematerializations; docs/benchmarks.md). Only victims change: values, the
-#    peak bound and gradients are as before.
+#    evicted the saved activations recomputed with them, then recomputed those again (far
+#    more rematerializations; measured: see docs/benchmarks.md, Measurements behind the
+#    NOTEs, A recomputation is not a use). Only victims change: values, the peak bound and
+#    gradients are as before.
 """
 
 from __future__ import annotations
