@@ -39,7 +39,8 @@ host-side lock counts and pins, and keeps the table's ``state`` column equal to:
 # neighbourhood cost are what they were at the scoring; otherwise it is skipped. What this
 # gets wrong: the order among unchanged candidates as staleness grows, and candidates created
 # since the scoring (not considered until the list is used up or too old). Its effect on the
-# victims, and its price: docs/benchmarks.md, Eviction path.
+# victims, and its price: docs/benchmarks.md, Measurements behind the NOTEs, Stale batched
+# choice.
 """
 
 from __future__ import annotations
