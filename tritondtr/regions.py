@@ -25,7 +25,8 @@ containers of a :class:`~tritondtr.neighborhood.Neighborhood`, shared, not copie
 #    plus 24 bits plus log2(#slots) fits in 62 bits; otherwise each mask uses ``math.fsum``.
 # 4. The per-slot search costs the sum of the region sizes; the batch costs the invalidated
 #    part of their union plus word-parallel ORs. It wins when regions overlap (recurrent
-#    chains: on the lstm trace 51M node visits per run became a few per eviction).
+#    chains such as the lstm trace; measured: see docs/benchmarks.md, Measurements behind
+#    the NOTEs, Batched regions).
 # 5. A mask costs up to capacity/8 bytes and building it up to capacity/64 word operations
 #    per edge, so the masks are bounded by _MAX_CACHE_BITS / capacity: the cache is dropped
 #    when half full, and a flush that would need more new masks than fit (a long evicted
@@ -39,9 +40,10 @@ containers of a :class:`~tritondtr.neighborhood.Neighborhood`, shared, not copie
 #    runs out. Either way the values are the same (rule 3).
 # 7. A mask DFS that fails for room (rule 5) would fail again at the next batches: the long
 #    evicted chain that filled it is still there (the Theorem 3.1 chain at N = 3e4: a failed
-#    DFS visits ~35k slots, and was retried at every batch). So after a failure the next 1,
-#    2, 4, .. (doubling on every failure in a row, at most _MAX_BACKOFF) batches use the
-#    per-slot search without trying; a DFS that succeeds resets the backoff.
+#    DFS walks much of that chain, and was retried at every batch; measured: see
+#    docs/benchmarks.md, Measurements behind the NOTEs, Batched regions). So after a failure
+#    the next 1, 2, 4, .. (doubling on every failure in a row, at most _MAX_BACKOFF) batches
+#    use the per-slot search without trying; a DFS that succeeds resets the backoff.
 """
 
 from __future__ import annotations
