@@ -5,9 +5,10 @@ runs eagerly.
 # 1. While a compiled function runs, dynamo's eval-frame callback sees every Python frame
 #    entered below it. It skips them while a non-infra dispatch mode is on the mode stack,
 #    but a mode is popped while its own ``__torch_dispatch__`` runs: unguarded, dynamo
-#    compiled the session's handler and everything it calls (138-141 frames for a 6-layer
-#    MLP, ~3.5 s, recompile-limit warnings naming ``session.py:dispatch``, ops several times
-#    slower, and ``Storage.__del__`` errors on storages whose ``__init__`` dynamo had traced).
+#    compiled the session's handler and everything it calls (seconds of compilation for a
+#    small MLP, recompile-limit warnings naming ``session.py:dispatch``, slower ops, and
+#    ``Storage.__del__`` errors on storages whose ``__init__`` dynamo had traced; measured:
+#    see docs/benchmarks.md, Measurements behind the NOTEs, Dynamo never traces the runtime).
 # 2. PyTorch's guard for this (``TorchDispatchMode._should_skip_dynamo``, torch 2.11-2.13)
 #    wraps the handler in ``torch._dynamo.disable``: a Python wrapper that swaps the
 #    eval-frame callback on every call, compiled region or not: a cost on every op of every
