@@ -32,12 +32,10 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # NOTE [ Lean twin ]
 # The twin is also the CPU path, so it makes few passes over the columns and allocates
 # nothing per decision, with the exact results of NOTE [ Scoring rules ]. On CPU, boolean
-# masks, ``where`` and ``argmin`` each cost several float multiplies (N = 1e5, one thread,
-# 2-core AMD EPYC VM, torch 2.13.0+cpu: where 42 us on a uniform mask and ~200 us on a random
-# one, a comparison 35-50 us, argmin 55 us; mul_ 5 us, amin 5 us; converting int64 to float32
-# 26 us, int32 to float32 5 us), and fresh
-# buffers of this size cost page faults on every call (~450 faults, ~700 us per decision
-# before the workspace of rule 5).
+# masks, ``where`` and ``argmin`` each cost several float multiplies, converting int64 to
+# float32 costs several times converting int32, and fresh buffers of this size cost page
+# faults on every call (before the workspace of rule 7). Measured: see docs/benchmarks.md,
+# Measurements behind the NOTEs, Lean twin.
 # 1. Candidates without masks: ``evictable_size`` is float32(size) for candidates and NaN
 #    elsewhere; a table keeps it (NOTE [ Evictable size ]); for bare columns it is made here:
 #    clamp_min(1 - (state - 1)^2, 0) is 1 for candidates and 0 elsewhere, divided by itself
@@ -55,10 +53,10 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # 3. s without int64 -> float32 conversion: when 0 <= now < 2**31 and the caller knows that
 #    every last_access lies in [0, 2**31) (``clock_bounds``; a table keeps them, NOTE [ Clock
 #    bounds ]), now - last_access is an int32 without overflow, so the column is narrowed to
-#    int32, subtracted and converted from int32: the same float32 as rule 2, 31 us less at
-#    N = 1e5. Otherwise int64, as written there. Checking the bounds on the column instead
-#    (int64 amax, and amin of its int32 words: int64 amin is not vectorised) cost 21 us of
-#    those 31.
+#    int32, subtracted and converted from int32: the same float32 as rule 2, and cheaper.
+#    Otherwise int64, as written there. Checking the bounds on the column instead (int64
+#    amax, and amin of its int32 words: int64 amin is not vectorised) cost most of that
+#    saving. Measured: see docs/benchmarks.md, Scoring throughput, CPU, "What changed" 3.
 # 4. The first minimum (rule 7) in two levels on CPU: the minima of rows of _ROW slots
 #    (vectorised ``amin``), ``argmin`` of those minima, then ``argmin`` of that one row.
 #    ``argmin`` returns the first minimum, so the lowest slot wins ties at both levels. The
@@ -77,9 +75,9 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 #    returned aliases them.
 # 8. lru, size and random use no fresh buffer either; random masks non-candidates with a
 #    factor (1 or NaN, from evictable_size or from state as in rule 1), not with ``where``,
-#    whose data-dependent branches cost ~200 us at N = 1e5 on random masks; int64 row minima
-#    are ~amax(~x) (int64 amin is not vectorised). N = 1e5, one thread, CPU time, loaded
-#    2-core AMD EPYC VM: lru 200 -> 133 us, size 215 -> 145 us, random 1,100 -> 350 us.
+#    whose data-dependent branches are slow on random masks; int64 row minima are ~amax(~x)
+#    (int64 amin is not vectorised). Measured: see docs/benchmarks.md, Scoring throughput,
+#    CPU, "The other heuristics".
 
 RESIDENT_EVICTABLE = 1
 _M32 = 0xFFFFFFFF
