@@ -60,7 +60,7 @@ from .table import MetadataTable
 
 __all__ = ["EVICTED", "FREE", "RESIDENT", "Neighborhood"]
 
-# NOTE [ Batched regions ] thresholds, read here at every flush so that tests can lower them.
+# Thresholds of NOTE [ Batched regions ], read at every flush so that tests can lower them.
 _BATCH_MIN = regions._BATCH_MIN
 _MAX_CACHE_BITS = regions._MAX_CACHE_BITS
 
