@@ -32,26 +32,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import zoo  # noqa: E402
+from bench_sim_twin import _gru_step as gru_step  # noqa: E402  (the same GRU loop)
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
 import tritondtr  # noqa: E402
-
-
-def gru_step():
-    torch.manual_seed(0)
-    cell = torch.nn.GRUCell(256, 256)
-    x = torch.randn(40, 32, 256)
-    opt = torch.optim.SGD(cell.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        h = torch.zeros(32, 256)
-        for t in range(40):
-            h = cell(x[t], h)
-        h.square().mean().backward()
-        opt.step()
-
-    return step
 
 
 def zoo_step(name: str, scale: int):

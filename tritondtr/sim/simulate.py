@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 from ..traceformat.trace import Trace
 from ..units import parse_bytes
-from .baseline import Baseline, baseline
+from .baseline import baseline
 from .program import compile_trace
 from .replay import replay_program
 from .twin import replay_runtime
@@ -135,13 +135,20 @@ def simulate(
         engine = engine_factory(heuristic)
     limit = base.compute * (overhead_limit - 1.0)
     stats = replay_program(prog, engine, nbytes, limit, ties=ties)
+    scorings = int(getattr(engine, "selections", -1))
+    return _result(trace, heuristic, ratio, nbytes, stats, base.compute, scorings)
+
+
+def _result(trace, heuristic, ratio, nbytes: int, stats, compute: float, scorings: int):
+    """The :class:`SimResult` of one replay's :class:`RunStats` (``compute``: the trace's
+    compute without rematerialization, the overhead's denominator)."""
     return SimResult(
         trace=str(trace.meta.get("name", trace.meta.get("source", "trace"))),
         heuristic=str(getattr(heuristic, "value", heuristic)),
         ratio=ratio,
         budget=nbytes,
         status=stats.status,
-        overhead=_overhead(stats.clock, base),
+        overhead=stats.clock / compute if compute > 0 else math.nan,
         compute=stats.clock,
         peak_bytes=stats.peak_bytes,
         evictions=stats.evictions,
@@ -149,7 +156,7 @@ def simulate(
         remats=stats.remats,
         remat_compute=stats.remat_compute,
         selections=stats.selections,
-        scorings=int(getattr(engine, "selections", -1)),
+        scorings=scorings,
         wall_s=stats.wall_s,
     )
 
@@ -191,27 +198,8 @@ def _simulate_runtime(
         pin_backward=pin,
         remat_limit=limit,
     )
-    return SimResult(
-        trace=str(trace.meta.get("name", trace.meta.get("source", "trace"))),
-        heuristic=str(getattr(heuristic, "value", heuristic)),
-        ratio=ratio,
-        budget=nbytes,
-        status=stats.status,
-        overhead=stats.clock / compute if compute > 0 else math.nan,
-        compute=stats.clock,
-        peak_bytes=stats.peak_bytes,
-        evictions=stats.evictions,
-        eager_evictions=stats.eager_evictions,
-        remats=stats.remats,
-        remat_compute=stats.remat_compute,
-        selections=stats.selections,
-        scorings=-1 if core.engine is None else core.engine.selections,
-        wall_s=stats.wall_s,
-    )
-
-
-def _overhead(clock: float, base: Baseline) -> float:
-    return clock / base.compute if base.compute > 0 else math.nan
+    scorings = -1 if core.engine is None else core.engine.selections
+    return _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
 
 
 def sweep(
