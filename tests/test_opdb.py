@@ -25,6 +25,11 @@ run must raise :class:`~tritondtr.runtime.UnsupportedOpError` and be listed in d
 #    docs/opdb.md; they count against the 95 % like unsupported ops.
 # 7. Ops whose eager results differ from run to run (``EAGER_NONDETERMINISTIC``, with the
 #    evidence) are compared with rtol = atol = 1e-12 instead of exactly.
+# 8. A second pass runs each op's first sample with ``budget=None, debug=True``: nothing is
+#    evicted, so storages stay resident side by side, and debug mode asserts after every op
+#    that no two resident tracked storages share a buffer. Stress hides an op that returns a
+#    view its schema calls fresh (the storages are never resident together); this pass does
+#    not (``unsafe_split`` was such an op: a wrong LSTM loss under a budget).
 """
 
 from __future__ import annotations
@@ -144,9 +149,13 @@ def _same(a, b, values: bool, tol: bool = False) -> bool:
     return torch.equal(a, b)
 
 
-def run_sample(op, sample) -> tuple[str, str]:
-    """(outcome, detail) of one sample: see NOTE [ op_db sweep ] rule 5. Raises whatever
-    eager raises (the sample is then not usable)."""
+STRESS = {"stress": True}
+RESIDENT_DEBUG = {"budget": None, "debug": True}  # NOTE [ op_db sweep ] rule 8
+
+
+def run_sample(op, sample, settings: dict = STRESS) -> tuple[str, str]:
+    """(outcome, detail) of one sample under ``enable(**settings)``: see NOTE [ op_db sweep ]
+    rule 5. Raises whatever eager raises (the sample is then not usable)."""
     leaves = [
         t
         for t in tree_leaves((sample.input, sample.args, sample.kwargs))
@@ -154,7 +163,7 @@ def run_sample(op, sample) -> tuple[str, str]:
     ]
     ref_out, ref_grad = _program(op, sample, leaves)
     try:
-        with enable(stress=True) as session:
+        with enable(**settings) as session:
             out, grad = _program(op, sample, leaves)
     except UnsupportedOpError as e:
         return "unsupported", str(e)
@@ -182,14 +191,14 @@ def samples(op, all_samples: bool):
             yield s
 
 
-def sweep_op(op, all_samples: bool = False) -> tuple[str, str, int]:
+def sweep_op(op, all_samples: bool = False, settings: dict = STRESS) -> tuple[str, str, int]:
     """(outcome, detail, samples run) of one op; the worst outcome over its samples."""
     n, outcome, detail = 0, "eager-error", "eager raised on every sample tried"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in samples(op, all_samples):
             try:
-                res, why = run_sample(op, s)
+                res, why = run_sample(op, s, settings)
             except Exception:  # eager itself rejects this sample: try the next
                 continue
             n += 1
@@ -212,11 +221,13 @@ def documented_unsupported(path: Path = DOCS) -> dict[str, str]:
     }
 
 
-def _check(op, all_samples: bool) -> None:
+def _check(op, all_samples: bool, settings: dict = STRESS) -> None:
     if op_id(op) in ISOLATED:
+        if settings is not STRESS:
+            pytest.skip("runs in a child process, under stress only")
         outcome, detail, _ = sweep_isolated(all_samples, {op_id(op)}, log=lambda _: None)[op_id(op)]
     else:
-        outcome, detail, _ = sweep_op(op, all_samples)
+        outcome, detail, _ = sweep_op(op, all_samples, settings)
     if outcome == "eager-error":
         pytest.skip("eager raises on every sample tried")
     if outcome == "unsupported":
@@ -244,6 +255,12 @@ def test_op_first_sample(op):
 @pytest.mark.parametrize("op", list(_params()))
 def test_op_all_samples(op):
     _check(op, all_samples=True)
+
+
+@pytest.mark.parametrize("op", list(_params()))
+def test_op_first_sample_resident_debug(op):
+    """NOTE [ op_db sweep ] rule 8: no op's outputs share a buffer the runtime counts twice."""
+    _check(op, all_samples=False, settings=RESIDENT_DEBUG)
 
 
 def test_pass_rate_at_least_95_percent():
