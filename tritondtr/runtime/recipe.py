@@ -130,10 +130,6 @@ class Storage:
         self.out = out
         self.session = session
 
-    @property
-    def external(self) -> bool:
-        return self.recipe is None
-
     @opaque  # runs wherever GC runs: NOTE [ Dynamo never traces the runtime ]
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rules 3 and 4
         if self.sid >= 0:

@@ -248,8 +248,7 @@ class Session:
         core, func = self.core, info.func
         locked: list[int] = []  # sids locked for this op
         self.depth += 1
-        if core.lazy and core.budget is not None and core.resident > core.budget:
-            core.sync()  # NOTE [ Lazy engine ] rule 2: before any input is locked
+        core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
             inputs, parents, wrote = [], [], []
             written = info.written

@@ -161,8 +161,8 @@ class _Twin:
         )
         self.flags, self.writes = tr.flags.tolist(), tr.writes.tolist()
         self.cost = tr.op_cost.tolist()
-        names = tr.names or ["op"]
-        self.name = [names[i] for i in tr.op_name.tolist()] if tr.names else ["op"] * tr.num_ops
+        names = tr.names
+        self.name = [names[i] for i in tr.op_name.tolist()] if names else ["op"] * tr.num_ops
 
     def run(self, on_event) -> None:
         core, base, sid_of, refs = self.core, self.base, self.sid, self.refs
