@@ -54,7 +54,7 @@ __all__ = ["Recorder"]
 
 _in_backward = torch._C._current_graph_task_id
 _CALL, _RELEASE, _ANNOTATE, _FORGET, _MATERIALIZE, _FREEZE = range(6)
-_PINNED, _BACKWARD, _UNTRACKED = int(TensorFlag.PINNED), int(TensorFlag.BACKWARD), 4
+_PINNED, _BACKWARD, _UNTRACKED = (int(f) for f in TensorFlag)
 _BLANK = int(InputFlag.BLANK)
 
 
