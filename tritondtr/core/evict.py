@@ -11,7 +11,16 @@ when nothing is left, the backward pass's storages are unpinned; then :class:`Bu
 #    (far fewer rematerializations when they stay; measured: see docs/benchmarks.md,
 #    Measurements behind the NOTEs, Backward storages).
 # 2. They are the lowest priority, not never: when nothing else can be evicted and the budget
-#    is exceeded, all of them are unpinned at once and become ordinary candidates.
+#    is exceeded, they are unpinned and become ordinary candidates, in two stages:
+# 3. First only those none of whose inputs is an evicted backward storage: one recomputation
+#    brings them back. The others (a gradient whose incoming gradient was released, the
+#    running sum of a shared weight's gradient) can only be recomputed by running again the
+#    part of the backward pass that led to them, itself recomputing the forward activations
+#    it reads: the neighbourhood costs do not tell them apart (they all touch the one large
+#    evicted component the released gradients form), and evicting one made single
+#    recomputations of over 1,000 rematerializations. Only when the first stage unpins
+#    nothing are the others unpinned too. Measured on the twin: see docs/benchmarks.md,
+#    Measurements behind the NOTEs, Backward storages.
 
 # NOTE [ One victim first ]
 # 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
@@ -32,7 +41,7 @@ import time
 
 import torch
 
-from ..residency import RESIDENT
+from ..residency import EVICTED, RESIDENT
 from .errors import BudgetError
 
 __all__ = ["Evictor"]
@@ -77,20 +86,30 @@ class Evictor:
         return eng.choose(self.now)
 
     def _unpin_backward(self) -> bool:
-        """NOTE [ Backward storages ] rule 2."""
-        if not self.bw:
-            return False
-        eng, any_ = self.engine, False
-        state, pinned, in_bw, eslot = self.state, self.pinned, self.in_bw, self.eslot
+        """NOTE [ Backward storages ] rules 2 and 3; False if nothing was unpinned."""
+        state, pinned, in_bw = self.state, self.pinned, self.in_bw
         anchored = self.anchored  # NOTE [ Anchored storages ] rule 4
+        live = []
         for sid in self.bw:
             if in_bw[sid] and state[sid] == RESIDENT and not pinned[sid] and sid not in anchored:
-                eng.unpin(eslot[sid])
-                any_ = True
+                live.append(sid)
+            else:
+                in_bw[sid] = 0
+        backward, inputs = self.backward, self.inputs
+        cheap = [
+            sid for sid in live if not any(state[i] == EVICTED and backward[i] for i in inputs[sid])
+        ]
+        if cheap:  # rule 3
+            keep = set(cheap)
+            self.bw = [sid for sid in live if sid not in keep]
+        else:
+            cheap, self.bw = live, []
+        eng, eslot = self.engine, self.eslot
+        for sid in cheap:
+            eng.unpin(eslot[sid])
             in_bw[sid] = 0
-        self.bw.clear()
-        self.stats.backward_unpins += any_
-        return any_
+        self.stats.backward_unpins += bool(cheap)
+        return bool(cheap)
 
     def make_room(self, op: str) -> None:
         """NOTE [ Budget accounting ] rules 2 and 3, before ``op`` runs."""
