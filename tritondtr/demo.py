@@ -114,7 +114,8 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
         _sync(device)
         t0 = time.perf_counter()
         if mode == "record":
-            recording = trace(None, budget=budget, heuristic=HEURISTIC)
+            meta = {"name": "tinygpt", "step": step + 1, "steps": len(data)}
+            recording = trace(None, budget=budget, heuristic=HEURISTIC, meta=meta)
             ctx, session = recording, recording.session
         else:
             recording = None
