@@ -40,7 +40,7 @@ def format_table(rows: list[DemoRow], heuristic: str = "dtr_eq") -> str:
         f"{'run':>10} {'budget':>10} {'peak':>10} {'%':>4} {'run':>6} {'twin':>6} "
         f"{'run':>6} {'twin':>6} {'run':>7} {'pred':>7} {'x eager':>7}  grads equal"
     )
-    lines = [head1, head2, "-" * len(head2)]
+    lines = [head1.rstrip(), head2, "-" * len(head2)]
     for r in rows:
         if r.run == "checkpoint":
             lines.append("-" * len(head2))
