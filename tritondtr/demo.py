@@ -28,7 +28,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import os
 import statistics
 import time
@@ -115,34 +117,28 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
         t0 = time.perf_counter()
         if mode == "record":
             meta = {"name": "tinygpt", "step": step + 1, "steps": len(data)}
-            recording = trace(None, budget=budget, heuristic=HEURISTIC, meta=meta)
-            ctx, session = recording, recording.session
+            ctx = trace(None, budget=budget, heuristic=HEURISTIC, meta=meta)
+        elif mode == "tritondtr":
+            ctx = enable(budget=budget, heuristic=HEURISTIC)
         else:
-            recording = None
-            session = enable(budget=budget, heuristic=HEURISTIC) if mode != "eager" else None
-            ctx = session
-        if ctx is not None:
-            ctx.__enter__()
-        try:
+            ctx = contextlib.nullcontext()
+        with ctx:
             torch.manual_seed(seed + step)
             opt.zero_grad(set_to_none=True)
             logits = model(x)
             loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
             loss.backward()
             opt.step()
-        finally:
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
         _sync(device)
         times.append(time.perf_counter() - t0)
         losses.append(loss.detach().clone())
         grads.append([p.grad.detach().clone() for p in model.parameters()])
-        if session is not None:
-            st = session.stats
+        if mode != "eager":
+            st = ctx.stats
             peak = max(peak, st.peak_bytes)
             ev, remat, ops = ev + st.evictions, remat + st.rematerializations, ops + st.ops
-        if recording is not None:
-            traces.append(recording.trace)
+        if mode == "record":
+            traces.append(ctx.trace)
     return _Run(losses, grads, statistics.median(times), peak, ev, remat, ops, traces)
 
 
@@ -263,8 +259,11 @@ def run_demo(
     )
     ck = _train(model0, data, None, "eager", seed, device, checkpoint=True)
     ck_mem = _train(model0, data, None, "tritondtr", seed, device, checkpoint=True)
-    ck_row = _row("checkpoint", None, None, ck, ref)
-    ck_row.peak_bytes, ck_row.rematerializations = ck_mem.peak, ck_mem.ops - unl.ops
+    ck_row = dataclasses.replace(  # NOTE [ The demo ] rule 3
+        _row("checkpoint", None, None, ck, ref),
+        peak_bytes=ck_mem.peak,
+        rematerializations=ck_mem.ops - unl.ops,
+    )
 
     def attempt(r: float) -> bool:
         budget = int(base * r)
