@@ -2,13 +2,16 @@
 its files say what the runs did, and every budgeted run's gradients equal the reference."""
 
 import csv
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tritondtr.cli import main
 from tritondtr.demo import run_demo
-from tritondtr.tinygpt import GPTConfig
+from tritondtr.sim import load_trace, runtime_peak
+from tritondtr.tinygpt import GPTConfig, TinyGPT, batches
 
 TINY = GPTConfig(vocab=64, block=16, width=32, layers=2, heads=2, dropout=0.1)
 
@@ -20,12 +23,24 @@ def _keep_threads():
     torch.set_num_threads(n)
 
 
-def test_run_demo_rows():
-    rows = run_demo(TINY, steps=2, batch=2, ratios=(0.5, 0.001), refine=1, log=lambda _: None)
-    eager, unlimited, *budgeted = rows
+def test_run_demo_rows(tmp_path):
+    path = tmp_path / "trace.npz"
+    rows = run_demo(
+        TINY,
+        steps=2,
+        batch=2,
+        ratios=(0.5, 0.001),
+        refine=1,
+        trace_path=path,
+        log=lambda _: None,
+    )
+    eager, unlimited, *budgeted, ckpt = rows
     assert eager.run == "eager" and eager.grads_equal is None
     assert unlimited.grads_equal is True and unlimited.evictions == 0
     assert unlimited.peak_bytes > 0
+    # The twin is exact at the recorded (unlimited) budget: the peak of each step's replay.
+    assert unlimited.twin_peak_bytes == unlimited.peak_bytes
+    assert (unlimited.twin_evictions, unlimited.twin_remats) == (0, 0)
     worked = [r for r in budgeted if not r.error]
     failed = [r for r in budgeted if r.error]
     # 0.5 works, 0.1 % of the peak cannot hold one op; one bisection step between them.
@@ -36,7 +51,21 @@ def test_run_demo_rows():
         assert r.grads_equal is True, r
         assert r.evictions > 0 and r.rematerializations > 0, r
         assert r.peak_bytes <= unlimited.peak_bytes
+        # A prediction from other measured op costs, so no equality; it must exist.
+        assert r.twin_status == "ok" and r.twin_remats > 0, r
+        assert r.predicted_step_s > unlimited.step_s, r
+        assert (r.first_loss, r.last_loss) == (eager.first_loss, eager.last_loss)
     assert all(r.grads_equal is None and "needs" in r.error for r in failed)
+    assert all(r.twin_status == "oom" and r.predicted_step_s is None for r in failed)
+    # Per-block checkpoint recomputes the block forwards and holds less than unlimited;
+    # its recomputation replays the same ops under the same RNG state: equal gradients.
+    assert ckpt.run == "checkpoint" and ckpt.grads_equal is True
+    assert 0 < ckpt.peak_bytes < unlimited.peak_bytes
+    assert ckpt.rematerializations > 0 and ckpt.twin_status == ""
+    # The file is the unlimited run's last step: its replay reaches the measured peak.
+    trace = load_trace(path)
+    assert trace.meta["runtime"]["budget"] is None
+    assert runtime_peak(trace) == trace.meta["runtime"]["peak_bytes"] <= unlimited.peak_bytes
 
 
 def test_cli_writes_table_and_files(tmp_path, capsys):
@@ -68,10 +97,12 @@ def test_cli_writes_table_and_files(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "lowest budget that works: 60.0%" in out
+    assert "loss: first " in out and "twin" in out and "checkpoint" in out
     with open(tmp_path / "demo.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["run"] for r in rows] == ["eager", "unlimited", "60.0%"]
-    assert rows[2]["grads_equal"] == "True"
+    assert [r["run"] for r in rows] == ["eager", "unlimited", "60.0%", "checkpoint"]
+    assert rows[2]["grads_equal"] == "True" and rows[2]["twin_status"] == "ok"
+    assert load_trace(tmp_path / "trace.npz").num_ops > 0
     pytest.importorskip("matplotlib")
     assert (tmp_path / "demo.png").stat().st_size > 0
 
@@ -80,3 +111,23 @@ def test_cli_writes_table_and_files(tmp_path, capsys):
 def test_cli_rejects_bad_arguments(bad, tmp_path):
     with pytest.raises(SystemExit):
         main(["demo", *bad, "--out", str(tmp_path)])
+
+
+def test_tinygpt_is_initialised_as_gpt2():
+    """NOTE [ GPT-2 initialisation ]: weights N(0, 0.02), residual projections scaled by
+    1/sqrt(2 * layers), so the first loss is a uniform guess's, ln(vocab) (it was ~70)."""
+    config = GPTConfig(vocab=64, block=64, width=128, layers=4, heads=4, dropout=0.0)
+    torch.manual_seed(0)
+    model = TinyGPT(config)
+    blk, residual = model.blocks[-1], 0.02 / math.sqrt(2 * 4)
+    for w, std in (
+        (blk.qkv.weight, 0.02),
+        (model.tok.weight, 0.02),
+        (blk.proj.weight, residual),
+        (blk.out.weight, residual),
+    ):
+        assert w.std().item() == pytest.approx(std, rel=0.03)
+    assert torch.equal(blk.fc.bias, torch.zeros_like(blk.fc.bias))
+    x, y = batches(config, 1, 8, 0, "cpu")[0]
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    assert loss == pytest.approx(math.log(64), abs=0.1)

@@ -11,7 +11,7 @@ from typing import NoReturn
 _COMMANDS = {
     "env": ("tritondtr.env_cli", "print versions, device and Triton backend (for bug reports)"),
     "simulate": ("tritondtr.sim.cli", "replay traces under memory budgets (the paper's Figure 2)"),
-    "demo": ("tritondtr.demo", "train a small GPT under decreasing memory budgets (the main job)"),
+    "demo": ("tritondtr.demo_cli", "train a small GPT under memory budgets (the main job)"),
 }
 
 

@@ -1,28 +1,41 @@
-"""Train a small GPT-like model under decreasing memory budgets, with exact gradients.
+"""The demo's runs: a small GPT-like model trained under decreasing memory budgets, beside
+``torch.utils.checkpoint`` and the simulator's predictions (``tritondtr demo``, demo_cli.py).
 
-The model learns characters of a short text embedded in this module (no download). It first
-runs without tritondtr (the reference), then under ``tritondtr.runtime.enable(budget=None)``,
-which measures the baseline peak in tritondtr's accounting, then under budgets that are
-decreasing fractions of that peak, down to the lowest that works. Every run starts from the
-same weights and sees the same batches and dropout masks, so its loss and gradients must equal
-the reference bit for bit. Prints a table (budget, peak, evictions, rematerializations, step
-time, gradients equal) and writes demo.csv and demo.png to --out.
-
-examples:
-  tritondtr demo                              # about 30 s on a 2-core CPU
-  tritondtr demo --steps 5 --ratios 0.5,0.3 --out out/demo
-  tritondtr demo --layers 12 --width 768 --heads 12 --block 1024 --vocab 50257  # GPT-2 small
+# NOTE [ The demo ]
+# 1. Runs, all from the same weights, batches and dropout seeds, so that every loss and
+#    gradient must equal the eager reference's bit for bit: ``eager`` (the reference, no
+#    tritondtr); ``unlimited`` (``enable(budget=None)``: tritondtr's accounting of the
+#    baseline peak, the number budgets are fractions of); the budgets (ratios in order until
+#    one fails, then bisection towards the lowest that works); ``checkpoint`` (rule 3).
+#    One session per training step; counters are summed over the steps, peaks are the
+#    largest step's, step times medians.
+# 2. The twin (NOTE [ The twin ] in sim/twin.py): the unlimited run is run once more under
+#    ``tritondtr.trace`` (the recorder costs ~15 % of a step, so the timed row runs without
+#    it), one trace per step. A budget's prediction replays each step's trace at that budget
+#    with the same heuristic in runtime semantics and sums the counts. At the recorded
+#    budget (unlimited) the replay is exact; at another budget the op costs the runtime
+#    scores with are those measured in that run, not the recorded ones, so the counts are a
+#    prediction. The predicted step time is the unlimited step time plus the twin's
+#    recomputation cost (the recorded op costs, ns): it leaves out the runtime's eviction
+#    and bookkeeping work, so it is a lower estimate.
+# 3. ``checkpoint``: every block under ``torch.utils.checkpoint.checkpoint(...,
+#    use_reentrant=False)``, the usual way to checkpoint a GPT. Its step time and gradients
+#    come from a plain eager run (as users run it); its peak from a second run under
+#    ``enable(budget=None)``, the measure of every tritondtr row (tracked storages,
+#    NOTE [ Budget accounting ]); its recomputations are the ops that run dispatched beyond
+#    the unlimited run's (the block forwards its backward reran).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import copy
-import csv
+import dataclasses
+import os
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +43,32 @@ import torch.nn.functional as F
 from .tinygpt import GPTConfig, TinyGPT, batches
 from .units import format_bytes
 
-__all__ = ["DemoRow", "run_demo"]
+__all__ = ["HEURISTIC", "DemoRow", "lowest_working", "run_demo"]
+
+HEURISTIC = "dtr_eq"  # of every budgeted run and of the twin's replays
 
 
-# ---------------------------------------------------------------------------- the runs
 @dataclass
 class DemoRow:
-    """One run: ``ratio`` of the baseline peak (None: eager reference / unlimited), bytes,
-    medians of step seconds, whether loss and every gradient equal the reference."""
+    """One run (NOTE [ The demo ]); counts summed over the steps, peaks the largest step's.
+
+    Attributes:
+        run: ``eager``, ``unlimited``, ``checkpoint`` or the budget's ratio (``"50.0%"``).
+        ratio: budget / the unlimited peak (1.0: unlimited; None: eager, checkpoint).
+        budget_bytes: the budget (None: none).
+        peak_bytes: tracked storages resident at once, tritondtr's accounting (None: eager,
+            or the run failed).
+        evictions, rematerializations: the runtime's counters; for ``checkpoint`` the ops
+            its backward reran.
+        step_s: median seconds per step (nan: the run failed).
+        grads_equal: every loss and gradient equals the eager reference's (None: not run).
+        error: why the budget failed ("" when it worked).
+        first_loss, last_loss: the run's losses at its first and last step.
+        twin_status, twin_evictions, twin_remats, twin_peak_bytes: the twin's replay of the
+            unlimited run's traces at this budget (``twin_status`` "": no prediction; else
+            ``ok``, ``oom`` or ``thrash``).
+        predicted_step_s: the unlimited step time + the twin's recomputation cost.
+    """
 
     run: str
     ratio: float | None
@@ -48,44 +79,67 @@ class DemoRow:
     step_s: float
     grads_equal: bool | None
     error: str = ""
+    first_loss: float | None = None
+    last_loss: float | None = None
+    twin_status: str = ""
+    twin_evictions: int | None = None
+    twin_remats: int | None = None
+    twin_peak_bytes: int | None = None
+    predicted_step_s: float | None = None
 
 
-def _train(model0, data, budget, mode, seed, device):
-    """Train a copy of ``model0`` on ``data``; returns (losses, grads per step, stats)."""
+class _Run(NamedTuple):
+    """What one training run did (NOTE [ The demo ] rule 1)."""
+
+    losses: list[torch.Tensor]
+    grads: list[list[torch.Tensor]]
+    step_s: float  # median
+    peak: int  # 0 without a session
+    evictions: int
+    remats: int
+    ops: int  # ops the sessions dispatched
+    traces: list  # one tritondtr.sim.Trace per step when recorded
+
+
+def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Run:
+    """Train a copy of ``model0`` on ``data``; ``mode``: ``eager``, ``tritondtr`` or
+    ``record`` (tritondtr, each step recorded as a trace)."""
     from .runtime import enable
+    from .runtime.trace import trace
 
     model = copy.deepcopy(model0)
+    model.checkpoint = checkpoint
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses, grads, times = [], [], []
-    peak = ev = remat = 0
+    losses, grads, times, traces = [], [], [], []
+    peak = ev = remat = ops = 0
     for step, (x, y) in enumerate(data):
         _sync(device)
         t0 = time.perf_counter()
-        session = enable(budget=budget) if mode != "eager" else None
-        if session is not None:
-            session.__enter__()
-        try:
+        if mode == "record":
+            meta = {"name": "tinygpt", "step": step + 1, "steps": len(data)}
+            ctx = trace(None, budget=budget, heuristic=HEURISTIC, meta=meta)
+        elif mode == "tritondtr":
+            ctx = enable(budget=budget, heuristic=HEURISTIC)
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx:
             torch.manual_seed(seed + step)
             opt.zero_grad(set_to_none=True)
             logits = model(x)
             loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
             loss.backward()
             opt.step()
-        finally:
-            if session is not None:
-                session.__exit__(None, None, None)
         _sync(device)
         times.append(time.perf_counter() - t0)
         losses.append(loss.detach().clone())
         grads.append([p.grad.detach().clone() for p in model.parameters()])
-        if session is not None:
-            st = session.stats
-            peak, ev, remat = (
-                max(peak, st.peak_bytes),
-                ev + st.evictions,
-                remat + st.rematerializations,
-            )
-    return losses, grads, (peak, ev, remat, statistics.median(times))
+        if mode != "eager":
+            st = ctx.stats
+            peak = max(peak, st.peak_bytes)
+            ev, remat, ops = ev + st.evictions, remat + st.rematerializations, ops + st.ops
+        if mode == "record":
+            traces.append(ctx.trace)
+    return _Run(losses, grads, statistics.median(times), peak, ev, remat, ops, traces)
 
 
 def _sync(device) -> None:
@@ -93,11 +147,47 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def _equal(ref, got) -> bool:
-    (rl, rg), (gl, gg) = ref, got
-    return all(torch.equal(a, b) for a, b in zip(rl, gl)) and all(
-        torch.equal(a, b) for ga, gb in zip(rg, gg) for a, b in zip(ga, gb)
+def _equal(ref: _Run, got: _Run) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(ref.losses, got.losses)) and all(
+        torch.equal(a, b) for ga, gb in zip(ref.grads, got.grads) for a, b in zip(ga, gb)
     )
+
+
+def _row(name: str, ratio, budget, run: _Run, ref: _Run, **kw) -> DemoRow:
+    return DemoRow(
+        name,
+        ratio,
+        budget,
+        run.peak,
+        run.evictions,
+        run.remats,
+        run.step_s,
+        _equal(ref, run),
+        first_loss=run.losses[0].item(),
+        last_loss=run.losses[-1].item(),
+        **kw,
+    )
+
+
+def _predict(traces: list, budget: int, unlimited_step_s: float) -> dict:
+    """The twin's prediction for ``budget`` (NOTE [ The demo ] rule 2), as DemoRow fields."""
+    from .sim import simulate
+
+    sims = []
+    for t in traces:  # the first step that fails is the prediction: the run stops there too
+        sims.append(simulate(t, HEURISTIC, budget=budget, semantics="runtime"))
+        if not sims[-1].ok:
+            break
+    failed = [s.status for s in sims if not s.ok]
+    return {
+        "twin_status": failed[0] if failed else "ok",
+        "twin_evictions": sum(s.evictions for s in sims),
+        "twin_remats": sum(s.remats for s in sims),
+        "twin_peak_bytes": max(s.peak_bytes for s in sims),
+        "predicted_step_s": None
+        if failed
+        else unlimited_step_s + statistics.median(s.remat_compute for s in sims) / 1e9,
+    }
 
 
 def run_demo(
@@ -110,13 +200,19 @@ def run_demo(
     seed: int = 0,
     device: str | torch.device = "cpu",
     time_limit_s: float = 60.0,
+    trace_path: str | os.PathLike | None = None,
     log=print,
 ) -> list[DemoRow]:
-    """The demo's runs (see the module docstring): ``ratios`` in order until one fails, then
-    ``refine`` bisection steps between the lowest that worked and the highest that failed.
-    No new budget starts once ``time_limit_s`` seconds have passed. ``config``: the model's
-    sizes (default: ``GPTConfig()``, 4 layers of width 128)."""
+    """The demo's runs (NOTE [ The demo ]): rows ``eager``, ``unlimited``, the budgets by
+    decreasing ratio, ``checkpoint`` last.
+
+    ``ratios`` are tried in order until one fails, then ``refine`` bisection steps run between
+    the lowest that worked and the highest that failed. No new budget starts once
+    ``time_limit_s`` seconds have passed. ``config``: the model's sizes (default:
+    ``GPTConfig()``, 4 layers of width 128). ``trace_path``: write the unlimited run's last
+    step there as a trace (``.npz``: ``tritondtr simulate`` replays it)."""
     from .runtime import BudgetError, ThrashError
+    from .sim import runtime_peak, save_trace
 
     config = config or GPTConfig()
 
@@ -124,43 +220,65 @@ def run_demo(
     model0 = TinyGPT(config).to(device)
     data = batches(config, steps, batch, seed, device)
     t_start = time.perf_counter()
-    for mode in ("eager", "tritondtr"):  # warm-up: lazy initialisation is not a step time
-        _train(model0, data[:1], None, mode, seed, device)
-    ref_l, ref_g, ref = _train(model0, data, None, "eager", seed, device)
-    rows = [DemoRow("eager", None, None, None, 0, 0, ref[3], None)]
-    log(f"eager reference: {ref[3] * 1e3:.1f} ms/step")
-    loss, grads, st = _train(model0, data, None, "tritondtr", seed, device)
-    base = st[0]
-    rows.append(
+    for mode, ckpt in (("eager", False), ("tritondtr", False), ("eager", True)):
+        _train(model0, data[:1], None, mode, seed, device, checkpoint=ckpt)  # lazy init: warm-up
+    ref = _train(model0, data, None, "eager", seed, device)
+    rows = [
         DemoRow(
-            "unlimited", 1.0, None, base, st[1], st[2], st[3], _equal((ref_l, ref_g), (loss, grads))
+            "eager",
+            None,
+            None,
+            None,
+            0,
+            0,
+            ref.step_s,
+            None,
+            first_loss=ref.losses[0].item(),
+            last_loss=ref.losses[-1].item(),
         )
+    ]
+    log(f"eager reference: {ref.step_s * 1e3:.1f} ms/step")
+    unl = _train(model0, data, None, "tritondtr", seed, device)
+    base = unl.peak
+    traces = _train(model0, data, None, "record", seed, device).traces
+    if trace_path is not None:
+        save_trace(traces[-1], trace_path)
+    rows.append(
+        _row(
+            "unlimited",
+            1.0,
+            None,
+            unl,
+            ref,
+            twin_status="ok",
+            twin_evictions=0,
+            twin_remats=0,
+            twin_peak_bytes=max(runtime_peak(t) for t in traces),
+            predicted_step_s=unl.step_s,
+        )
+    )
+    ck = _train(model0, data, None, "eager", seed, device, checkpoint=True)
+    ck_mem = _train(model0, data, None, "tritondtr", seed, device, checkpoint=True)
+    ck_row = dataclasses.replace(  # NOTE [ The demo ] rule 3
+        _row("checkpoint", None, None, ck, ref),
+        peak_bytes=ck_mem.peak,
+        rematerializations=ck_mem.ops - unl.ops,
     )
 
     def attempt(r: float) -> bool:
         budget = int(base * r)
+        twin = _predict(traces, budget, unl.step_s)
         try:
-            loss, grads, st = _train(model0, data, budget, "tritondtr", seed, device)
+            run = _train(model0, data, budget, "tritondtr", seed, device)
         except BudgetError as e:
             why = (
                 f"thrashes ({e.rematerializations} rematerializations)"
                 if isinstance(e, ThrashError)
                 else f"{e.op} needs {format_bytes(e.needed)}"
             )
-            rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None, error=why))
+            rows.append(DemoRow(f"{r:.1%}", r, budget, None, 0, 0, float("nan"), None, why, **twin))
             return False
-        rows.append(
-            DemoRow(
-                f"{r:.1%}",
-                r,
-                budget,
-                st[0],
-                st[1],
-                st[2],
-                st[3],
-                _equal((ref_l, ref_g), (loss, grads)),
-            )
-        )
+        rows.append(_row(f"{r:.1%}", r, budget, run, ref, **twin))
         return True
 
     def out_of_time(r: float) -> bool:
@@ -186,209 +304,11 @@ def run_demo(
         else:
             failed = r
     rows[2:] = sorted(rows[2:], key=lambda row: -row.ratio)
+    rows.append(ck_row)
     return rows
 
 
-# ------------------------------------------------------------------------- table and plot
-def format_table(rows: list[DemoRow]) -> str:
-    """A fixed-width table of the rows; times relative to the eager reference."""
-    eager = rows[0].step_s
-    head = (
-        f"{'run':>9} {'budget':>11} {'peak':>11} {'evictions':>9} {'remats':>7} "
-        f"{'step ms':>8} {'x eager':>7}  grads equal"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        fb = lambda n: "-" if n is None else format_bytes(n)
-        ok = "-" if r.grads_equal is None else "yes" if r.grads_equal else "NO"
-        if r.error:
-            ok = f"fails: {r.error}"
-        lines.append(
-            f"{r.run:>9} {fb(r.budget_bytes):>11} {fb(r.peak_bytes):>11} "
-            f"{r.evictions:>9} {r.rematerializations:>7} {r.step_s * 1e3:>8.1f} "
-            f"{r.step_s / eager:>7.2f}  {ok}"
-        )
-    return "\n".join(lines)
-
-
-def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Path | None]:
-    """demo.csv (the rows) and demo.png (peak and step time against the budget) in ``out``;
-    the plot is skipped (None) when matplotlib is missing."""
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "demo.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[*asdict(rows[0]).keys(), "device"])
-        w.writeheader()
-        for r in rows:
-            w.writerow({**asdict(r), "device": device})
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return csv_path, None
-    ok = [r for r in rows if r.ratio is not None and r.peak_bytes is not None]
-    eager = rows[0].step_s
-    x = [100 * r.ratio for r in ok]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    a1.plot(x, [r.peak_bytes / 2**20 for r in ok], "o-", label="peak resident")
-    a1.plot(x, [(r.budget_bytes or ok[0].peak_bytes) / 2**20 for r in ok], "k--", label="budget")
-    a1.set(xlabel="budget (% of the unlimited peak)", ylabel="MiB", title="memory")
-    a2.plot(x, [r.step_s / eager for r in ok], "o-", color="C1", label="step time / eager")
-    a2b = a2.twinx()
-    a2b.bar(
-        x,
-        [r.rematerializations for r in ok],
-        width=3,
-        alpha=0.3,
-        color="C2",
-        label="rematerializations",
-    )
-    a2.set(xlabel="budget (% of the unlimited peak)", ylabel="x eager", title="time")
-    a2b.set_ylabel("rematerializations (all steps)")
-    for a in (a1, a2):
-        a.invert_xaxis()
-        a.grid(alpha=0.3)
-    a2.axhline(1.0, color="k", ls=":", lw=1, label="eager")
-    a1.legend()
-    h1, l1 = a2.get_legend_handles_labels()
-    h2, l2 = a2b.get_legend_handles_labels()
-    a2.legend(h1 + h2, l1 + l2, loc="upper center")
-    bad = [r.run for r in ok if not r.grads_equal]
-    fig.suptitle(
-        f"tritondtr demo on {device}: gradients equal to eager "
-        + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}")
-    )
-    fig.tight_layout()
-    png = out / "demo.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return csv_path, png
-
-
-# ---------------------------------------------------------------------------------- CLI
-def _ratios(text: str) -> tuple[float, ...]:
-    try:
-        rs = tuple(float(x) for x in text.replace(",", " ").split())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected fractions like 0.5,0.3, got {text!r}") from None
-    if not rs or not all(0 < r <= 1 for r in rs):
-        raise argparse.ArgumentTypeError(f"ratios must be in (0, 1], got {text!r}")
-    return rs
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``tritondtr demo``."""
-    d = GPTConfig()
-    parser.add_argument("--steps", type=int, default=4, help="training steps per run (default: 4)")
-    parser.add_argument(
-        "--refine",
-        type=int,
-        default=2,
-        help="bisection steps between the lowest budget that worked and the "
-        "first that failed (default: 2)",
-    )
-    parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default: 8)")
-    parser.add_argument(
-        "--ratios",
-        type=_ratios,
-        default=None,
-        help="budgets as fractions of the unlimited peak, tried in this order, "
-        "stopping at the first that fails (default: 0.8,0.6,0.5,0.4,0.3,"
-        "0.25,0.2,0.15,0.1,0.05)",
-    )
-    for name, help_text in (
-        ("layers", "transformer blocks"),
-        ("width", "channels"),
-        ("heads", "attention heads"),
-        ("block", "context length"),
-        ("vocab", "vocabulary size (>= the corpus's characters)"),
-    ):
-        parser.add_argument(
-            f"--{name}",
-            type=int,
-            default=getattr(d, name),
-            help=f"{help_text} (default: {getattr(d, name)})",
-        )
-    parser.add_argument(
-        "--dropout",
-        type=float,
-        default=d.dropout,
-        help=f"dropout probability (default: {d.dropout})",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="cpu, cuda, cuda:1, or auto: cuda when available (default: auto)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of weights, batches, dropout")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU threads of torch (default: 1: steadier step times on a busy "
-        "machine; 0 keeps torch's default)",
-    )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="start no new budget after S seconds (default: 60)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("out/demo"),
-        help="folder for demo.csv and demo.png (default: out/demo)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """``tritondtr demo``: exit status 0 when every run's gradients equal the reference."""
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    for name in ("steps", "batch"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"tritondtr demo: --{name} must be >= 1")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    config = GPTConfig(
-        vocab=args.vocab,
-        block=args.block,
-        width=args.width,
-        layers=args.layers,
-        heads=args.heads,
-        dropout=args.dropout,
-    )
-    kw = {} if args.ratios is None else {"ratios": args.ratios}
-    n = sum(p.numel() for p in TinyGPT(config).parameters())
-    print(
-        f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
-        f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device} "
-        f"({torch.get_num_threads()} threads)"
-    )
-    rows = run_demo(
-        config,
-        steps=args.steps,
-        batch=args.batch,
-        refine=args.refine,
-        seed=args.seed,
-        device=device,
-        time_limit_s=args.time_limit,
-        **kw,
-    )
-    print(format_table(rows))
-    lowest = [r for r in rows[2:] if not r.error]
-    if lowest:
-        r = min(lowest, key=lambda row: row.ratio)
-        print(
-            f"lowest budget that works: {r.run} of the unlimited peak "
-            f"({format_bytes(r.budget_bytes)}), step time {r.step_s / rows[0].step_s:.2f}x "
-            "eager"
-        )
-    csv_path, png = write_outputs(rows, args.out, device)
-    print(f"wrote {csv_path}" + (f" and {png}" if png else " (no matplotlib: no plot)"))
-    return 0 if all(r.grads_equal is not False for r in rows) else 1
+def lowest_working(rows: list[DemoRow]) -> DemoRow | None:
+    """The budgeted row of the lowest ratio that worked, or None."""
+    worked = [r for r in rows if r.budget_bytes is not None and not r.error]
+    return min(worked, key=lambda row: row.ratio) if worked else None

@@ -76,6 +76,9 @@ class TinyGPT(nn.Module):
     """A GPT-like decoder: token and position embeddings, pre-LayerNorm blocks with causal
     self-attention and an MLP, a head tied to the token embedding.
 
+    Initialised as GPT-2 is (NOTE [ GPT-2 initialisation ]), so the first loss is about
+    ``ln(vocab)`` (4.16 for 64 symbols).
+
     ``forward(idx)``: idx ``[B, T] int64`` (T <= block) -> logits ``[B, T, vocab]``.
     ``checkpoint = True`` runs every block under ``torch.utils.checkpoint`` (the baseline
     tritondtr is compared with in benchmarks/bench_runtime_checkpoint.py)."""
@@ -89,6 +92,24 @@ class TinyGPT(nn.Module):
         self.pos = nn.Embedding(config.block, config.width)
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
         self.ln, self.drop = nn.LayerNorm(config.width), nn.Dropout(config.dropout)
+        self._init_gpt2()
+
+    def _init_gpt2(self) -> None:
+        # NOTE [ GPT-2 initialisation ]
+        # 1. Every Linear and Embedding weight ~ N(0, 0.02), biases 0, LayerNorms (1, 0):
+        #    GPT-2's initialisation (Radford et al. 2019; nanoGPT's model.py). Logits then start
+        #    near 0, so the first loss is near ln(vocab), as for a uniform guess. PyTorch's
+        #    defaults (N(0, 1) embeddings, tied to the head) gave ~70 for 64 symbols.
+        # 2. The projections that end a residual branch (``proj``, ``out``) get std
+        #    0.02 / sqrt(2 * layers): the residual stream sums 2 * layers of them.
+        std_residual = 0.02 / (2 * self.config.layers) ** 0.5
+        for name, mod in self.named_modules():
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                last = name.rsplit(".", 1)[-1]
+                std = std_residual if last in ("proj", "out") else 0.02
+                nn.init.normal_(mod.weight, mean=0.0, std=std)
+            if isinstance(mod, nn.Linear) and mod.bias is not None:
+                nn.init.zeros_(mod.bias)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)

@@ -17,11 +17,11 @@ Arguments are checked first, then every trace is read and its baseline replayed,
 first budgeted run. A bad argument or file is one line on stderr naming the option or the
 file (and line) and what is wrong, and exit status 2.
 
-examples:
-  tritondtr simulate ../shared/traces/dtr-prototype/resnet32.log
-  tritondtr simulate a.log b.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
-  tritondtr simulate run.jsonl.gz --budget 2GiB --heuristics dtr_eq
-  tritondtr simulate step.npz --semantics runtime --ratios 0.5,0.3 --heuristics dtr_eq
+examples (tritondtr demo --out out/demo writes out/demo/trace.npz):
+  tritondtr simulate out/demo/trace.npz
+  tritondtr simulate out/demo/trace.npz --semantics runtime --ratios 0.5,0.3 --heuristics dtr_eq
+  tritondtr simulate out/demo/trace.npz --semantics runtime --budget 8MiB --heuristics dtr_eq,lru
+  tritondtr simulate resnet32.log other.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
 """
 
 from __future__ import annotations
