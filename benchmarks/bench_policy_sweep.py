@@ -27,7 +27,8 @@ lower bound, on recorded training steps at 90 % .. 10 % of their memory.
 # 5. Rows (harness Row): what ``extra`` / ``remats``; provider ``runtime:<heuristic>``,
 #    ``paper:dtr_eq``, ``bound:runtime``, ``bound:paper``, ``revolve:runtime``,
 #    ``checkmate:paper``; size the trace's ops; params ``trace=..;ratio=..;budget=..`` (+
-#    ``wall_s``); note the status. Single deterministic runs (median = min = max).
+#    ``wall_s``); note the status; NaN where no schedule fits. Single deterministic runs
+#    (median = min = max).
 
 examples:
   python benchmarks/bench_policy_sweep.py --quick --tag before      # ~2 min
@@ -75,6 +76,8 @@ class Emit:
         self.env, self.device, self.rows = Env.capture(), describe_device("cpu"), []
 
     def __call__(self, what, provider, size, value, unit, params, note="") -> None:
+        """One row; an infinite value (no schedule fits) is written as NaN, its note says why."""
+        value = value if math.isfinite(value) else math.nan
         self.rows.append(
             Row.of(
                 what,
@@ -124,8 +127,9 @@ def traces(names: list[str], cache: Path, scales=(4, 16)) -> dict[str, tritondtr
     return out
 
 
-def sweep_trace(name, trace, ratios, heuristics, emit: Emit) -> None:
-    """NOTE [ Policy sweep ] rules 2-5 for one trace: rows through ``emit``."""
+def sweep_trace(name, trace, ratios, heuristics, emit: Emit, *, checkmate_s=60.0) -> None:
+    """NOTE [ Policy sweep ] rules 2-5 for one trace at ``ratios`` (of the runtime's peak)
+    with ``heuristics`` (names); rows through ``emit``; ``checkmate_s``: the MILP's limit."""
     ops, peak, total = trace.num_ops, runtime_peak(trace), trace.total_cost()
     base = baseline(trace)
     budgets = [int(r * peak) for r in ratios]
@@ -150,7 +154,7 @@ def sweep_trace(name, trace, ratios, heuristics, emit: Emit) -> None:
             emit("extra", "revolve:runtime", ops, value, "x", params, st)
             floor["runtime"] = max(floor["runtime"], value * total)
         if ops <= CHECKMATE_MAX_OPS and not views:
-            cm = solve_checkmate(trace, paper_budgets[j], time_limit=60.0)
+            cm = solve_checkmate(trace, paper_budgets[j], time_limit=checkmate_s)
             value = math.inf if cm.extra_cost is None else cm.extra_cost / base.compute
             emit("extra", "checkmate:paper", ops, value, "x", params, cm.status)
             if cm.status == "optimal":

@@ -51,7 +51,7 @@ def _pct(row: Row | None) -> str:
     st = _status(row)
     if st in ("thrash", "time_limit"):
         return "T"
-    if st in ("oom", "infeasible") or math.isinf(row.median):
+    if st in ("oom", "infeasible") or not math.isfinite(row.median):
         return "M" if not row.provider.startswith(("bound", "revolve", "checkmate")) else "inf"
     return f"{100 * row.median:.3g}"
 
