@@ -12,11 +12,15 @@ before / after comparison of two row files.
 # 3. The comparison matches rows by (what, provider, trace, ratio); a runtime row is worse
 #    when its status went from ok to a failure, or its extra compute rose by more than
 #    ``TOLERANCE`` (relative) and 1e-6 of the step (absolute); the exit status is 1 then.
+
+examples:
+  python benchmarks/policy_report.py results/policy_sweep_cpu-2core-1thread.csv   # table + plot
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -121,7 +125,7 @@ def plot(rows: list[Row], path: str | Path) -> Path:
             ax.plot(x, y, label=p.replace("runtime:", ""), **kw)
         ax.set_title(t, fontsize=9)
         ax.set_yscale("log")
-        ax.invert_xaxis()
+        ax.set_xlim(0.95, 0.05)
         ax.grid(True, which="both", alpha=0.3)
         ax.tick_params(labelsize=7)
     for ax in axes.flat[len(traces) :]:
@@ -132,9 +136,9 @@ def plot(rows: list[Row], path: str | Path) -> Path:
             handles.setdefault(lab, h)
     labels = list(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=len(labels))
-    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.06)
+    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.035)
     fig.supylabel("compute / one unbudgeted step (log)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.045, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -171,3 +175,19 @@ def compare(before: str | Path, after: str | Path) -> int:
         print(f"{len(missing)} rows of {before} are not in {after}, e.g. {missing[0]}")
     print(f"{worse} worse, {len(a.keys() & b.keys())} rows compared")
     return 1 if worse else 0
+
+
+def main(argv=None) -> int:
+    """``policy_report.py ROWS.csv``: print the table, redraw ROWS.png beside the file."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: policy_report.py ROWS.csv (a bench_policy_sweep.py row file)")
+        return 2
+    rows = read_csv(argv[0])
+    print(table(rows))
+    print(plot(rows, Path(argv[0]).with_suffix(".png")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
