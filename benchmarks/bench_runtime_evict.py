@@ -32,8 +32,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import zoo  # noqa: E402
-from bench_sim_twin import _gru_step as gru_step  # noqa: E402  (the same GRU loop)
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
+from recorded import gru_step  # noqa: E402  (the same GRU loop)
 
 import tritondtr  # noqa: E402
 

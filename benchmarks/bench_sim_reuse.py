@@ -3,7 +3,7 @@
 Measured on the twin (so the same recorded program for every setting): rematerializations,
 scorings and replay time of exact choice (``reuse=0``) against one scoring reused for up to
 4 and 16 clock ticks, on recorded traces of the zoo (scale 4) and the GRU loop of
-bench_sim_twin.py, at 70 / 50 / 30 % of the runtime's peak.
+recorded.py, at 70 / 50 / 30 % of the runtime's peak.
 
 examples:
   python benchmarks/bench_sim_reuse.py     # ~1 min on 2 CPU cores
@@ -18,10 +18,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
 
-import zoo  # noqa: E402
-from bench_sim_twin import _gru_step, _zoo_step, record  # noqa: E402
+from recorded import gru_step, record, zoo, zoo_step  # noqa: E402
 
 from tritondtr.sim import runtime_peak  # noqa: E402
 from tritondtr.sim.twin import replay_runtime  # noqa: E402
@@ -31,8 +29,8 @@ REUSE = (0, 4, 16)
 
 def main() -> int:
     torch.set_num_threads(1)
-    steps = {f"{n}-s4": _zoo_step(n, 4) for n in zoo.ZOO}
-    steps["gru40"] = _gru_step()
+    steps = {f"{n}-s4": zoo_step(n, 4) for n in zoo.ZOO}
+    steps["gru40"] = gru_step()
     print("| trace | ratio | remats (reuse 0 / 4 / 16) | scorings | replay ms |")
     print("|---|---|---|---|---|")
     for name, step in steps.items():

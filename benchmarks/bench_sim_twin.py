@@ -3,7 +3,7 @@
 # NOTE [ Twin benchmark ]
 # 1. Traces: one training step of each zoo model (tests/zoo.py, at ``--scale``) and of an
 #    unrolled GRU cell (batch 32, hidden 256, 40 steps), recorded unlimited with
-#    ``tritondtr.trace``.
+#    ``tritondtr.trace`` (benchmarks/recorded.py, NOTE [ Recorded steps ]).
 # 2. Per trace and ratio r: the runtime's policy is the twin (``semantics="runtime"``) at
 #    r x the runtime's peak; the paper's policy is the paper-semantics replay at the same
 #    budget plus the trace's constant bytes (the paper counts constants, the runtime does
@@ -27,44 +27,13 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
 
-import zoo  # noqa: E402
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
+from recorded import gru_step, record, zoo, zoo_step  # noqa: E402
 
-import tritondtr  # noqa: E402
 from tritondtr.sim import baseline, generators, simulate  # noqa: E402
 
 RATIOS = (0.7, 0.5, 0.3)
-
-
-def _gru_step():
-    torch.manual_seed(0)
-    cell = torch.nn.GRUCell(256, 256)
-    x = torch.randn(40, 32, 256)
-    opt = torch.optim.SGD(cell.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        h = torch.zeros(32, 256)
-        for t in range(40):
-            h = cell(x[t], h)
-        h.square().mean().backward()
-        opt.step()
-
-    return step
-
-
-def _zoo_step(name: str, scale: int):
-    case = zoo.make(name, seed=0, scale=scale)
-    opt = torch.optim.Adam(case.model.parameters(), lr=1e-3)
-    return lambda: zoo.train_step(case, opt)
-
-
-def record(step) -> tritondtr.Recording:
-    with tritondtr.trace() as rec:
-        step()
-    return rec
 
 
 def policy_rows(traces: dict, env: Env, device: str) -> list[Row]:
@@ -123,8 +92,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env, device = Env.capture(), describe_device("cpu")
-    steps = {f"{n}-s{args.scale}": _zoo_step(n, args.scale) for n in zoo.ZOO}
-    steps["gru40"] = _gru_step()
+    steps = {f"{n}-s{args.scale}": zoo_step(n, args.scale) for n in zoo.ZOO}
+    steps["gru40"] = gru_step()
     traces = {n: record(s).trace for n, s in steps.items()}
     rows = policy_rows(traces, env, device) + speed_rows(env, device)
     out = Path(args.out)

@@ -1,0 +1,122 @@
+"""The recorded training steps the simulator benchmarks replay: zoo, GRU loop, Hugging Face
+models built from config, and the DTR authors' logs.
+
+# NOTE [ Recorded steps ]
+# 1. A step is a no-argument callable running one training step (forward, backward,
+#    optimizer step) of a model built deterministically from seed 0; :func:`record` runs it
+#    once unlimited under ``tritondtr.trace`` and returns the recording.
+# 2. The zoo (tests/zoo.py) at a ``scale``; ``gru40``: an unrolled GRU cell, batch 32,
+#    hidden 256, 40 steps, SGD.
+# 3. Hugging Face (``pip install tritondtr[hf]``): GPT-2, BERT (masked LM) and Llama built
+#    from small configs (2 layers, hidden 64, 4 heads, vocabulary 512, batch 4 x 32 tokens,
+#    random init, CPU, eager attention), Adam. Without ``transformers`` they are skipped with
+#    a printed reason, never an error.
+# 4. The DTR authors' logs are read from ../shared/traces/dtr-prototype/ (never copied into
+#    the project); without that folder they are skipped with a printed reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import zoo  # noqa: E402
+
+import tritondtr  # noqa: E402
+
+__all__ = [
+    "DTR_LOGS",
+    "DTR_LOG_DIR",
+    "HF_MODELS",
+    "dtr_log_traces",
+    "gru_step",
+    "hf_step",
+    "record",
+    "zoo_step",
+]
+
+Step = Callable[[], object]
+DTR_LOG_DIR = HERE.parent.parent / "shared" / "traces" / "dtr-prototype"
+DTR_LOGS = ("resnet32", "densenet121", "transformer", "unet", "lstm")
+HF_MODELS = ("gpt2", "bert", "llama")
+
+
+def gru_step() -> Step:
+    """NOTE [ Recorded steps ] rule 2: the unrolled GRU loop."""
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(256, 256)
+    x = torch.randn(40, 32, 256)
+    opt = torch.optim.SGD(cell.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        h = torch.zeros(32, 256)
+        for t in range(40):
+            h = cell(x[t], h)
+        h.square().mean().backward()
+        opt.step()
+
+    return step
+
+
+def zoo_step(name: str, scale: int) -> Step:
+    """One training step of zoo model ``name`` at width multiplier ``scale``."""
+    case = zoo.make(name, seed=0, scale=scale)
+    opt = torch.optim.Adam(case.model.parameters(), lr=1e-3)
+    return lambda: zoo.train_step(case, opt)
+
+
+def hf_step(name: str) -> Step:
+    """NOTE [ Recorded steps ] rule 3; raises ImportError without ``transformers``."""
+    import transformers as tf
+
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+    if name == "gpt2":
+        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=64)
+        head = tf.GPT2LMHeadModel
+    elif name == "bert":
+        cfg = tf.BertConfig(**small, intermediate_size=128, max_position_embeddings=64)
+        head = tf.BertForMaskedLM
+    elif name == "llama":
+        cfg = tf.LlamaConfig(
+            **small, intermediate_size=128, num_key_value_heads=2, max_position_embeddings=64
+        )
+        head = tf.LlamaForCausalLM
+    else:
+        raise ValueError(f"unknown Hugging Face model {name!r}; expected one of {HF_MODELS}")
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = head(cfg).train()
+    ids = torch.randint(0, 512, (4, 32))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        torch.manual_seed(1)
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    return step
+
+
+def record(step: Step) -> tritondtr.Recording:
+    """NOTE [ Recorded steps ] rule 1."""
+    with tritondtr.trace() as rec:
+        step()
+    return rec
+
+
+def dtr_log_traces(names=DTR_LOGS) -> dict:
+    """The DTR authors' logs as traces by name; {} (and a printed reason) without them."""
+    if not DTR_LOG_DIR.is_dir():
+        print(f"skipping the DTR authors' logs: {DTR_LOG_DIR} is absent")
+        return {}
+    from tritondtr.sim import load_trace
+
+    return {f"dtr-{n}": load_trace(DTR_LOG_DIR / f"{n}.log") for n in names}
