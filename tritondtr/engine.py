@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from . import policy
+from .bounded import BOUNDED, BoundedChoice
 from .heuristics import CustomHeuristic, Heuristic, NbhdMode, get_heuristic
 from .neighborhood import _STATE_NAMES, EVICTED, FREE, RESIDENT, Neighborhood
 from .table import MetadataTable, SlotState
@@ -61,6 +62,10 @@ _EVICTABLE = int(SlotState.RESIDENT_EVICTABLE)
 _LOCKED = int(SlotState.RESIDENT_LOCKED)
 _EVICTED = int(SlotState.EVICTED)
 _F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _ignore(slot: int) -> None:
+    pass
 
 
 class Engine:
@@ -106,6 +111,14 @@ class Engine:
         self.batch = batch if isinstance(self.heuristic, Heuristic) or mode is NbhdMode.NONE else 1
         self.nbhd = Neighborhood(self.table, mode)
         self._st = self.nbhd.state  # FREE / RESIDENT / EVICTED per slot (shared, not copied)
+        # NOTE [ Bounded choice ]: None where it does not apply (the batched list serves)
+        self._bounded = (
+            BoundedChoice(self.table, self.heuristic)
+            if self.heuristic in BOUNDED and not reuse
+            else None
+        )
+        self._changed = self._bounded.changed if self._bounded is not None else _ignore
+        self.nbhd.lowered = self._bounded.dirty if self._bounded is not None else None
         self._locks: list[int] = [0] * self.table.capacity
         self._pinned = bytearray(self.table.capacity)
         self._epoch = 0  # bumped by every mutation that invalidates the choice cache
@@ -146,6 +159,7 @@ class Engine:
         self._pinned[slot] = not evictable
         self.nbhd.on_new(slot, cost, parents)
         self._epoch += 1
+        self._changed(slot)
         return slot
 
     def add_parents(self, slot: int, parents: Sequence[int]) -> None:
@@ -164,6 +178,7 @@ class Engine:
         self.table.set_cost(slot, cost)
         self.nbhd.on_cost(slot, cost)
         self._epoch += 1
+        self._changed(slot)
 
     def access(self, slot: int, now: int) -> None:
         """Record a use of ``slot`` at logical time ``now`` (last_access = now)."""
@@ -172,6 +187,7 @@ class Engine:
             self._live(slot, "access")
         self.table.touch(slot, now)
         self._epoch += 1
+        self._changed(slot)
 
     def lock(self, slot: int) -> None:
         """Take a (re-entrant) lock: a locked slot is never a candidate. Needs a resident slot."""
@@ -195,6 +211,7 @@ class Engine:
         if c == 1 and not self._pinned[slot]:
             self.table.set_state(slot, _EVICTABLE)
             self._epoch += 1
+            self._changed(slot)
 
     def pin(self, slot: int) -> None:
         """Never evict ``slot`` (constants, never-evict ops) until :meth:`unpin`."""
@@ -212,6 +229,7 @@ class Engine:
             if not self._locks[slot]:
                 self.table.set_state(slot, _EVICTABLE)
                 self._epoch += 1
+                self._changed(slot)
 
     def evict(self, slot: int) -> None:
         """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated."""
@@ -241,6 +259,7 @@ class Engine:
         self.nbhd.on_remat(slot)
         self.remats += 1
         self._epoch += 1
+        self._changed(slot)
 
     def release(self, slot: int) -> None:
         """Forget ``slot`` for good (its locks and pins too): the slot is freed, edges dropped."""
@@ -286,8 +305,18 @@ class Engine:
 
     def choose(self, now: int) -> int | None:
         """The next victim, exactly as a fresh ``select(now, 1)`` would give it; ``None`` if
-        nothing is evictable. Usually served from the last scoring (NOTE [ Exact batched
-        choice ])."""
+        nothing is evictable. Usually served from the last scoring (NOTE [ Bounded choice ],
+        else NOTE [ Exact batched choice ])."""
+        b = self._bounded
+        if b is not None:
+            self.nbhd.flush()
+            v = b.choose(now)
+            if v is not None:
+                self.cache_hits += 1
+                return v
+            ids = self.select(now, self.batch)
+            b.start(now, ids, self.table.score(self.heuristic, now, backend=self.backend))
+            return ids[0] if ids else None
         c = self._cache
         if c is not None and self.reuse and (c[0] != self._epoch or c[1] != now):
             if 0 <= now - c[1] <= self.reuse:

@@ -80,6 +80,7 @@ class Neighborhood:
         self.table = table
         self.mode = NbhdMode(mode)
         self.tracking = self.mode is not NbhdMode.NONE
+        self.lowered: set[int] | None = None  # slots whose value went down, if kept
         self._eq = self.mode is NbhdMode.EQCLASS
         self.state = bytearray()
         self.cost = array("f")
@@ -232,6 +233,11 @@ class Neighborhood:
             value = self._value
             vals = [value(r) for r in slots]
         self.recomputed += len(slots)
+        if self.lowered is not None:  # NOTE [ Bounded choice ] rule 2
+            old = self.table.host_nbhd_cost[slots]
+            low = np.asarray(vals, dtype=np.float32) < old
+            if low.any():
+                self.lowered.update(np.asarray(slots)[low].tolist())
         if len(slots) == 1:
             self.table.set_nbhd_cost(slots[0], vals[0])
         else:

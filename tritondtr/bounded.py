@@ -1,0 +1,144 @@
+"""Bounded choice: the exact next victim of a ratio heuristic without rescoring every slot.
+
+# NOTE [ Bounded choice ]
+# Most decisions of a DTR run need one victim, a few ops after the last full scoring, with a
+# handful of slots changed since (the op's inputs and outputs). For ``dtr``, ``dtr_eq``,
+# ``dtr_local`` and ``msps`` a scoring can then serve many later decisions exactly:
+# 1. A full scoring at clock t0 keeps the top ``batch`` candidates in (score, slot) order
+#    (the *list*), and for every other candidate i its float32 score h_i and its staleness
+#    s_i = t0 - last_access_i.
+# 2. Until the next full scoring the engine records every slot whose score may have dropped
+#    for another reason than the clock: created, accessed, recomputed, cost set, unlocked,
+#    unpinned, or its ``nbhd_cost`` lowered by the neighbourhood (the *changed* slots).
+#    Locking, pinning, evicting and releasing only remove candidates; a raised ``nbhd_cost``
+#    only raises a score (NOTE [ Scoring rules ] 3: the score grows with the numerator).
+# 3. An unchanged candidate's score at t >= t0 is, in real numbers, its score at t0 times
+#    s_i / (s_i + t - t0) (same cost, neighbourhood, size and last access; for ``msps``, which
+#    has no staleness, times 1). So B(d) = min h_i * s_i / (s_i + d) over the unchanged
+#    candidates outside the list bounds all their scores from below while t - t0 <= d. B is
+#    computed in float64 for d = 0, 1, 2, 4, 8, ... when first needed, and kept.
+# 4. A choice at t scores exactly, in float32 as NOTE [ Scoring rules ] says, the *pool*: the
+#    list, the changed slots, and the candidates rule 3 says nothing of (score not finite or
+#    staleness 0 at t0). If the pool's best (score, slot) is a candidate whose score is below
+#    B(d) * (1 - 1e-5), d the smallest of those clocks >= t - t0, it is the victim a full
+#    scoring would choose: float32 rounding moves each score by at most a few units in the
+#    last place (~2.4e-7 relative each), far below the margin. Otherwise the engine scores
+#    every slot again (a *miss*).
+# 5. Within an eviction loop (t = t0, d = 0) evictions only remove candidates and raise
+#    neighbourhood costs, so the list serves victims until its best is no longer below B(0):
+#    this replaces the batched list of NOTE [ Exact batched choice ] for these heuristics.
+# Measured: see docs/benchmarks.md, Measurements behind the NOTEs, Bounded choice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .heuristics import Heuristic
+from .table import MetadataTable
+
+__all__ = ["BOUNDED", "BoundedChoice"]
+
+BOUNDED = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
+_MARGIN = 1.0 - 1e-5  # rule 4
+_MAX_POOL_EXTRA = 64  # more candidates than this that rule 3 cannot bound: always rescore
+_INF = float("inf")
+
+
+class BoundedChoice:
+    """The state of NOTE [ Bounded choice ] for one engine: the last full scoring's list and
+    bounds, and the slots changed since. The engine calls :meth:`changed` on every mutation of
+    rule 2, :meth:`choose` for a decision and :meth:`start` after a full scoring."""
+
+    def __init__(self, table: MetadataTable, heuristic: Heuristic) -> None:
+        self.table = table
+        self.stale = heuristic is not Heuristic.MSPS  # rule 3: msps has no staleness
+        self.local = heuristic is Heuristic.DTR_LOCAL
+        self.dirty: set[int] = set()  # rule 2: changed since the scoring
+        self.t0 = -1  # no scoring yet
+        self.list: list[int] = []
+        self.extra: list[int] = []  # rule 4: candidates rule 3 cannot bound
+        self._r: torch.Tensor | None = None  # h * s (h for msps), +inf where not bounded, f64
+        self._s: torch.Tensor | None = None  # staleness at t0, float64
+        self._bounds: dict[int, float] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def changed(self, slot: int) -> None:
+        self.dirty.add(slot)
+
+    def start(self, now: int, ids: list[int], scores: torch.Tensor) -> None:
+        """A full scoring at ``now`` chose ``ids`` (best first) from ``scores`` [capacity]
+        float32 (non-candidates +inf): rule 1."""
+        t = self.table
+        n = scores.numel()
+        h = scores.to(torch.float64)
+        cand = torch.from_numpy(t.host_state[:n] == 1).to(h.device)
+        if self.stale:
+            last = torch.from_numpy(t.host_last_access[:n]).to(h.device)
+            s = (now - last).to(torch.float64)
+            r = h * s
+        else:
+            s = torch.zeros_like(h)
+            r = h.clone()
+        unbounded = cand & ~torch.isfinite(r) | cand & ~torch.isfinite(h)
+        if self.stale:
+            unbounded |= cand & (s <= 0)
+        extra = unbounded.nonzero().flatten().tolist()
+        if len(extra) > _MAX_POOL_EXTRA:
+            self.t0 = -1  # rule 4 would score too many: every choice is a full scoring
+            self.dirty.clear()
+            return
+        r = torch.where(cand & ~unbounded, r, _INF)
+        if ids:
+            r[torch.tensor(ids, device=r.device)] = _INF
+        self.t0, self.list, self.extra = now, ids, extra
+        self._r, self._s, self._bounds = r, s, {}
+        self.dirty.clear()
+
+    def _bound(self, d: int) -> float:
+        """B(d) of rule 3, d a power of two or 0."""
+        b = self._bounds.get(d)
+        if b is None:
+            r = self._r
+            b = float((r / (self._s + d)).amin()) if self.stale and d else float(r.amin())
+            self._bounds[d] = b
+        return b
+
+    def choose(self, now: int) -> int | None:
+        """The exact victim at ``now`` by rule 4, or None for a miss (score everything)."""
+        d = now - self.t0
+        if self.t0 < 0 or d < 0:
+            return None
+        t = self.table
+        pool = self.dirty.union(self.list, self.extra)
+        idx = np.fromiter(pool, np.int64, len(pool))
+        idx.sort()
+        idx = idx[idx < t.capacity]
+        if not idx.size:
+            return self._miss()
+        # NOTE [ Scoring rules ] 2-4 in float32: evictable_size is NaN for non-candidates
+        evs = t.host_evictable_size[idx]
+        if self.stale:
+            s = (now - t.host_last_access[idx]).astype(np.float32)
+            den = evs * s
+        else:
+            den = evs
+        num = t.host_cost[idx] if self.local else t.host_cost[idx] + t.host_nbhd_cost[idx]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            score = np.where(den > 0, num / den, np.float32(_INF))
+        score[np.isnan(score)] = _INF
+        i = int(np.argmin(score))  # the first minimum: the lowest slot among ties
+        best = float(score[i])
+        if not best < _INF:
+            return self._miss()
+        bound = self._bound(0 if d == 0 else 1 << (d - 1).bit_length())
+        if not best < bound * _MARGIN:  # a NaN bound is a miss too
+            return self._miss()
+        self.hits += 1
+        return int(idx[i])
+
+    def _miss(self) -> None:
+        self.misses += 1
+        return None
