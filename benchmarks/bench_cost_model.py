@@ -14,7 +14,7 @@
 #    A run that raises (BudgetError, ThrashError) is a row with that status in ``note``.
 # 4. Price: us per op of a step that does not bind (budget 2 x the unlimited peak, nothing
 #    evicted) with many small ops: the GRU loop, and a chain of 200 ``add`` of 64 floats;
-#    the cost model is the only difference between the rows.
+#    the cost model is the only difference between the rows; rounds interleave the models.
 
 examples:
   python benchmarks/bench_cost_model.py                 # ~5 min on 2 CPU cores
@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import zoo  # noqa: E402
 from bench_sim_twin import _gru_step as gru_step  # noqa: E402  (the same GRU loop)
-from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
+from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
 import tritondtr  # noqa: E402
 from tritondtr.runtime import AnalyticCost, BudgetError  # noqa: E402
@@ -136,23 +136,26 @@ def price_rows(rounds, env, device) -> list[Row]:
         with tritondtr.enable() as s:
             step()
         budget, ops = 2 * max(s.stats.peak_bytes, 1), s.stats.ops
-        for cname, cost in COSTS.items():
-
-            def one(cost=cost, budget=budget, step=step):
-                with tritondtr.enable(budget=budget, cost=cost):
+        samples: dict = {c: [] for c in COSTS}
+        for k in range(rounds + 1):  # interleaved; round 0 warms up
+            for cname, cost in COSTS.items():
+                with tritondtr.enable(budget=budget, cost=cost) as s:
+                    t0 = time.perf_counter()
                     step()
-
-            t = measure(one, warmup=1, repeats=rounds, min_sample_s=0.0)
+                    dt = time.perf_counter() - t0
+                assert s.stats.evictions == 0
+                if k:
+                    samples[cname].append(dt * 1e6 / ops)
+        for cname, us in samples.items():
             rows.append(
                 Row.of(
                     "us_per_op",
                     cname,
                     ops,
-                    t.stats(1e6 / ops),
+                    Stats.of(us),
                     "us",
                     device=device,
                     env=env,
-                    timing=t,
                     params=f"program={name};budget={budget};not-binding",
                 )
             )
@@ -163,16 +166,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="gru,mlp,cnn,gpt,lstm,treelstm")
     ap.add_argument("--scale", type=int, default=4, help="zoo width multiplier (default: 4)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="quality rounds (default: 3)")
+    ap.add_argument("--price-rounds", type=int, default=15, help="price rounds (default: 15)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--tag", default="cpu-2core-1thread")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env, device = Env.capture(), describe_device("cpu")
-    rows = price_rows(max(args.rounds, 5), env, device)
+    rows = price_rows(args.price_rounds, env, device)
     for r in rows:
         print(f"price {r.params.split(';')[0]:18} {r.provider:13} {r.median:7.2f} us/op")
-    for name in args.models.split(","):
+    for name in [m for m in args.models.split(",") if m]:
         step = gru_step() if name == "gru" else zoo_step(name, args.scale)
         new = quality_rows(name, step, args.rounds, env, device)
         rows += new
