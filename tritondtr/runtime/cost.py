@@ -58,7 +58,7 @@ class CostModel(str, Enum):
     ANALYTIC = "analytic"
 
 
-try:  # PyTorch's FLOP formulas, keyed by OpOverloadPacket (torch >= 2.1)
+try:  # PyTorch's FLOP formulas (torch >= 2.1)
     from torch.utils.flop_counter import flop_registry as _FLOP_REGISTRY
 except ImportError:  # pragma: no cover - no formulas: every op costs by bytes
     _FLOP_REGISTRY = {}
@@ -127,9 +127,11 @@ def _formula(op):
         return _FORMULAS[op]
     except KeyError:
         pass
-    f = _FLOP_REGISTRY.get(getattr(op, "_overloadpacket", None))
+    # Keyed by packet in recent torch, by overload in older ones (``register_decomposition``).
+    f = _FLOP_REGISTRY.get(op) or _FLOP_REGISTRY.get(getattr(op, "_overloadpacket", None))
     # Registered formulas are wrapped to map tensors to shapes (``shape_wrapper``, whose
-    # output keyword changed across versions); the shape formula itself is stable.
+    # output keyword changed across versions); the shape formula itself is stable. Raw
+    # formulas (``get_raw``: flex attention, not an ATen op) have none: bytes only.
     f = getattr(f, "__wrapped__", None)
     _FORMULAS[op] = f
     return f
