@@ -11,10 +11,14 @@
 #    interleaved: ``recompute_ms`` (the session's ``recompute_s``: wall time actually spent
 #    recomputing, the quantity a cost model should make small), ``step_ms`` (the whole step),
 #    ``remats`` (the count, for reference; its spread shows whether decisions varied).
-#    A run that raises (BudgetError, ThrashError) is a row with that status in ``note``.
+#    ``note`` counts the runs by status (``ok:4,ThrashError:1``); a run that raised
+#    (BudgetError, ThrashError) enters the statistics only if no run of its setting passed.
 # 4. Price: us per op of a step that does not bind (budget 2 x the unlimited peak, nothing
 #    evicted) with many small ops: the GRU loop, and a chain of 200 ``add`` of 64 floats;
-#    the cost model is the only difference between the rows; rounds interleave the models.
+#    the cost model is the only difference between the rows; rounds interleave the models
+#    (``us_per_op``). The step's own noise on a shared box exceeds the models' price, so
+#    ``cost_fn_us_per_op`` times the cost function alone on every op of one step (op,
+#    arguments and outputs kept from a run; caches warm, as from the second step on).
 
 examples:
   python benchmarks/bench_cost_model.py                 # ~5 min on 2 CPU cores
@@ -36,10 +40,11 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import zoo  # noqa: E402
 from bench_sim_twin import _gru_step as gru_step  # noqa: E402  (the same GRU loop)
-from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
+from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
 
 import tritondtr  # noqa: E402
-from tritondtr.runtime import AnalyticCost, BudgetError  # noqa: E402
+from tritondtr.runtime import AnalyticCost, BudgetError, CostModel  # noqa: E402
+from tritondtr.runtime.cost import price, resolve  # noqa: E402
 
 RATIOS = (0.7, 0.5, 0.3)
 
@@ -97,6 +102,7 @@ def quality_rows(name, step, rounds, env, device) -> list[Row]:
     rows = []
     for (r, cname), runs in got.items():
         statuses = sorted({x["status"] for x in runs})
+        statuses = [f"{st}:{sum(x['status'] == st for x in runs)}" for st in statuses]
         ok = [x for x in runs if x["status"] == "ok"] or runs
         params = (
             f"program={name};ratio={r};budget={int(r * peak)};"
@@ -130,6 +136,20 @@ def _add_chain():
     return step
 
 
+def _calls(step, budget) -> list[tuple]:
+    """Every op of one run of ``step``, with its arguments and outputs, as a cost model sees
+    them (to time the cost functions alone)."""
+    calls = []
+
+    def keep(op, args, kwargs, out):
+        calls.append((op, args, dict(kwargs), out))
+        return 1.0
+
+    with tritondtr.enable(budget=budget, cost=keep):
+        step()
+    return calls
+
+
 def price_rows(rounds, env, device) -> list[Row]:
     rows = []
     for name, step in (("gru", gru_step()), ("add-chain", _add_chain())):
@@ -146,6 +166,30 @@ def price_rows(rounds, env, device) -> list[Row]:
                 assert s.stats.evictions == 0
                 if k:
                     samples[cname].append(dt * 1e6 / ops)
+        calls = _calls(step, budget)
+        for cname, cost in COSTS.items():
+            fn = resolve(CostModel(cost) if isinstance(cost, str) else cost)
+            if fn is None:
+                continue  # measured: the clock is read under every model
+
+            def price_all(fn=fn, calls=calls):
+                for c in calls:
+                    price(fn, *c)
+
+            t = measure(price_all, warmup=1, repeats=rounds, min_sample_s=0.0)
+            rows.append(
+                Row.of(
+                    "cost_fn_us_per_op",
+                    cname,
+                    len(calls),
+                    t.stats(1e6 / len(calls)),
+                    "us",
+                    device=device,
+                    env=env,
+                    timing=t,
+                    params=f"program={name};warm caches",
+                )
+            )
         for cname, us in samples.items():
             rows.append(
                 Row.of(
@@ -175,7 +219,7 @@ def main(argv=None) -> int:
     env, device = Env.capture(), describe_device("cpu")
     rows = price_rows(args.price_rounds, env, device)
     for r in rows:
-        print(f"price {r.params.split(';')[0]:18} {r.provider:13} {r.median:7.2f} us/op")
+        print(f"{r.what:18} {r.params.split(';')[0]:18} {r.provider:13} {r.median:7.2f} us/op")
     for name in [m for m in args.models.split(",") if m]:
         step = gru_step() if name == "gru" else zoo_step(name, args.scale)
         new = quality_rows(name, step, args.rounds, env, device)
