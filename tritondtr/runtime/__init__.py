@@ -10,7 +10,8 @@ for. Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.reci
 
 from .api import enable
 from .config import RuntimeConfig
-from .errors import BudgetError, StaleInputError, ThrashError, UnsupportedOpError
+from .cost import AnalyticCost, CostModel
+from .errors import BudgetError, CostError, StaleInputError, ThrashError, UnsupportedOpError
 from .session import Session
 from .stats import SessionStats
 from .tensor import DTRTensor, is_tracked, unwrap
@@ -18,12 +19,15 @@ from .tensor import DTRTensor, is_tracked, unwrap
 __all__ = [
     "enable",
     "RuntimeConfig",
+    "CostModel",
+    "AnalyticCost",
     "Session",
     "SessionStats",
     "DTRTensor",
     "is_tracked",
     "unwrap",
     "BudgetError",
+    "CostError",
     "StaleInputError",
     "ThrashError",
     "UnsupportedOpError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..heuristics import CustomHeuristic, Heuristic
 from ..policy import Backend
 from .config import NeverEvict, RuntimeConfig
+from .cost import CostFn, CostModel
 from .dynamo import opaque
 from .session import Session
 
@@ -21,6 +22,7 @@ def enable(
     debug: bool = False,
     never_evict: NeverEvict | None = None,
     pin_backward: bool = True,
+    cost: CostModel | CostFn | str = "measured",
 ) -> Session:
     """Run eager PyTorch code under a byte budget, recomputing what was evicted.
 
@@ -42,9 +44,16 @@ def enable(
         debug: check invariants after every op (slow).
         never_evict: ``fn(op_name, output) -> bool``; True pins that output.
         pin_backward: evict storages made by the backward pass only as a last resort.
+        cost: what an op costs the heuristics (NOTE [ Cost models ] in runtime/cost.py):
+            ``"measured"`` (wall time of its first execution, ns), ``"analytic"`` (FLOPs and
+            bytes read and written on a nominal machine: the same decisions on every
+            machine; :class:`~tritondtr.runtime.AnalyticCost` for other constants), or a
+            callable ``fn(op, args, kwargs, out) -> float``, ns, finite and > 0, called once
+            per op on plain tensors.
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
+        CostError: inside the block, a ``cost`` callable raised or gave no finite cost > 0.
         RuntimeError: at entry, inside another active tritondtr session.
     """
     config = RuntimeConfig(
@@ -55,5 +64,6 @@ def enable(
         debug=debug,
         never_evict=never_evict,
         pin_backward=pin_backward,
+        cost=cost,
     )
     return Session(config)

@@ -10,6 +10,7 @@ import torch
 from ..heuristics import CustomHeuristic, Heuristic, get_heuristic
 from ..policy import Backend
 from ..units import parse_bytes
+from .cost import CostFn, CostModel
 
 __all__ = ["NeverEvict", "RuntimeConfig"]
 
@@ -32,6 +33,10 @@ class RuntimeConfig:
         never_evict: predicate ``fn(op_name, output) -> bool`` pinning outputs.
         pin_backward: storages created during the backward pass are evicted only when nothing
             else can be (NOTE [ Backward storages ] in core/evict.py).
+        cost: how an op is priced (NOTE [ Cost models ] in cost.py): ``"measured"`` (its
+            wall time), ``"analytic"`` (FLOPs and bytes on a nominal machine, the same
+            everywhere), or a callable ``fn(op, args, kwargs, out) -> float`` in ns;
+            normalized to a :class:`CostModel` or the callable.
     """
 
     budget: int | None = None
@@ -41,6 +46,7 @@ class RuntimeConfig:
     debug: bool = False
     never_evict: NeverEvict | None = None
     pin_backward: bool = True
+    cost: CostModel | CostFn | str = "measured"
 
     def __post_init__(self) -> None:
         if self.budget is not None:
@@ -68,6 +74,21 @@ class RuntimeConfig:
             raise ValueError(
                 "never_evict must be a callable fn(op_name, output) -> bool, got "
                 f"{type(self.never_evict).__name__}"
+            )
+
+        if isinstance(self.cost, str):
+            try:
+                object.__setattr__(self, "cost", CostModel(self.cost))
+            except ValueError:
+                raise ValueError(
+                    f"unknown cost model {self.cost!r}; expected one of "
+                    f"{[c.value for c in CostModel]} or a callable fn(op, args, kwargs, out) "
+                    "-> float (ns)"
+                ) from None
+        elif not callable(self.cost):
+            raise ValueError(
+                f"cost must be {[c.value for c in CostModel]} or a callable fn(op, args, "
+                f"kwargs, out) -> float (ns), got {type(self.cost).__name__}"
             )
 
     @property

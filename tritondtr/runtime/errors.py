@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..core.errors import BudgetError, ThrashError
 
-__all__ = ["BudgetError", "StaleInputError", "ThrashError", "UnsupportedOpError"]
+__all__ = ["BudgetError", "CostError", "StaleInputError", "ThrashError", "UnsupportedOpError"]
 
 
 class StaleInputError(RuntimeError):
@@ -30,3 +30,18 @@ class UnsupportedOpError(NotImplementedError):
             "Call it outside the context, or on tritondtr.runtime.unwrap(t) (a plain tensor)."
         )
         super().__init__(f"tritondtr: {op} is not supported on tracked tensors: {why}. {fix}")
+
+
+class CostError(ValueError):
+    """The session's cost model gave no usable cost for an op (NOTE [ Cost models ] rule 5 in
+    cost.py): it raised, or returned something other than a finite number > 0."""
+
+    def __init__(self, model: str, op: str, value, what: str) -> None:
+        self.op, self.value = op, value
+        shown = "" if value is None else f" ({value!r})"
+        super().__init__(
+            f"tritondtr: the cost model {model} {what}{shown} for {op}; a cost must be a finite "
+            "number > 0 (estimated ns of the op). Make the callable return one for every op "
+            "(e.g. max(cost, 1.0)), or pass cost='analytic' or cost='measured'. The op's "
+            "outputs were not tracked: end the session."
+        )

@@ -25,8 +25,10 @@ a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 # 5. An op that returns no tracked tensor (``.item()``, adding a gradient into a plain
 #    ``.grad``, an op on plain tensors only) gets one 0-byte output flagged ``UNTRACKED``,
 #    released at once: the core still advanced its clock and made room for it.
-# 6. Costs are the runtime's own measurement of the op's first execution: host wall time in
-#    ns (on CUDA, launch time), the number the core scores with.
+# 6. Costs are the numbers the core scored with, from the session's cost model (NOTE [ Cost
+#    models ] in cost.py): by default the op's first execution's host wall time in ns (on
+#    CUDA, launch time); under ``analytic`` or a callable, that model's cost, so the replay
+#    scores exactly as the run did. ``meta["cost_model"]`` names the model.
 # 7. ``BACKWARD`` is annotated at the first op of each backward pass; each tensor created in
 #    one carries the ``BACKWARD`` flag, never-evicted ones ``PINNED``, overwritten inputs
 #    ``BLANK`` (NOTE [ Runtime annotations ]).

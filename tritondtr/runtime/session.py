@@ -65,6 +65,7 @@ from torch.utils._python_dispatch import (
 
 from ..core import Core
 from . import boundary
+from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
@@ -148,6 +149,7 @@ class Session:
         self.active = False
         self.closed = False
         self.debug, self.stress = config.debug, config.stress
+        self.cost_fn = resolve(config.cost)  # None: measured (NOTE [ Cost models ] in cost.py)
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
         self.fsdp = FSDPWatch(self)  # NOTE [ FSDP2 ] (fsdp.py)
 
@@ -302,6 +304,8 @@ class Session:
                     if not core.evict_one():
                         raise
             cost = float(_now_ns() - t0)
+            if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
+                cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
             for sid in locked:
                 core.unlock(sid)
             locked.clear()

@@ -21,6 +21,7 @@ from ..policy import Backend
 from ..traceformat.trace import Trace
 from ..traceformat.trace_io import save_trace
 from .config import NeverEvict, RuntimeConfig
+from .cost import CostFn, CostModel, describe
 from .dynamo import opaque
 from .recorder import Recorder
 from .session import Session
@@ -88,6 +89,7 @@ class Recording:
         meta = {
             "source": "tritondtr.trace",
             "cost_unit": "ns",
+            "cost_model": describe(cfg.cost),  # NOTE [ Cost models ]
             "size_unit": "bytes",
             "torch": torch.__version__,
             "device": None if core.device is None else str(core.device),
@@ -120,6 +122,7 @@ def trace(
     debug: bool = False,
     never_evict: NeverEvict | None = None,
     pin_backward: bool = True,
+    cost: CostModel | CostFn | str = "measured",
     meta: dict | None = None,
     compress: bool = True,
 ) -> Recording:
@@ -135,8 +138,10 @@ def trace(
     Args:
         path: write the trace here on a clean exit; the form follows the suffix (``.npz``,
             ``.jsonl``, either + ``.gz``, see docs/trace-format.md). None: keep it in memory.
-        budget, heuristic, backend, stress, debug, never_evict, pin_backward: as for
-            :func:`tritondtr.enable` (``budget=None``: no eviction, the baseline run).
+        budget, heuristic, backend, stress, debug, never_evict, pin_backward, cost: as for
+            :func:`tritondtr.enable` (``budget=None``: no eviction, the baseline run). The
+            trace's costs are the ones the run scored with, and ``meta["cost_model"]`` says
+            which model gave them.
         meta: extra JSON-able provenance merged into ``trace.meta`` (e.g. ``{"model": ...}``).
         compress: zip-compress a ``.npz`` file.
 
@@ -160,5 +165,6 @@ def trace(
         debug=debug,
         never_evict=never_evict,
         pin_backward=pin_backward,
+        cost=cost,
     )
     return Recording(Session(config), path, dict(meta or {}), compress)
