@@ -47,14 +47,20 @@ class Twin:
         return v
 
 
-def run_twin(heuristic: str, seed: int, n_steps: int = 300, batch: int = 8) -> Twin:
-    """Random workloads with eviction loops; small integer costs and sizes make ties common."""
+def run_twin(
+    heuristic: str, seed: int, n_steps: int = 300, batch: int = 8, spread: bool = False
+) -> Twin:
+    """Random workloads with eviction loops; small integer costs and sizes make ties common.
+    ``spread``: float costs and sizes over four orders of magnitude and longer clock steps
+    instead, where scores rarely tie and NOTE [ Bounded choice ]'s bounds decide."""
     rng = random.Random(seed)
     tw = Twin(heuristic, batch=batch)
     slots: list[int] = []
     now = 0
+    cost = (lambda: rng.uniform(0, 1e4)) if spread else (lambda: float(rng.randint(0, 4)))
+    size = (lambda: rng.randint(1, 1 << 16)) if spread else (lambda: rng.randint(0, 3))
     for _ in range(n_steps):
-        now += rng.randint(0, 2)
+        now += rng.randint(0, 6 if spread else 2)
         res = [s for s in slots if tw.a.is_resident(s)]
         ev = [s for s in slots if tw.a.is_evicted(s)]
         op = rng.random()
@@ -62,8 +68,8 @@ def run_twin(heuristic: str, seed: int, n_steps: int = 300, batch: int = 8) -> T
             parents = rng.sample(slots[-10:], min(len(slots[-10:]), rng.randint(0, 3)))
             slots.append(
                 tw.new(
-                    float(rng.randint(0, 4)),
-                    rng.randint(0, 3),
+                    cost(),
+                    size(),
                     now,
                     parents,
                     evictable=rng.random() > 0.05,
@@ -88,7 +94,7 @@ def run_twin(heuristic: str, seed: int, n_steps: int = 300, batch: int = 8) -> T
             slots.remove(t)
             tw.release(t)
         elif op < 0.75:
-            tw.set_cost(rng.choice(slots), float(rng.randint(0, 4)))
+            tw.set_cost(rng.choice(slots), cost())
         else:  # an eviction loop at a fixed clock, sometimes with a lock or release inside
             for _ in range(rng.randint(1, 12)):
                 if tw.evict_one(now) is None:
@@ -97,7 +103,7 @@ def run_twin(heuristic: str, seed: int, n_steps: int = 300, batch: int = 8) -> T
                 if res and rng.random() < 0.15:
                     tw.lock(rng.choice(res))
                 elif slots and rng.random() < 0.1:
-                    tw.set_cost(rng.choice(slots), float(rng.randint(0, 4)))
+                    tw.set_cost(rng.choice(slots), cost())
                 elif rng.random() < 0.15:  # a resident one only removes a candidate,
                     t = rng.choice(slots)  # an evicted one lowers its neighbours' scores
                     slots.remove(t)
@@ -115,6 +121,33 @@ def test_choose_equals_full_reselection(heuristic):
         hits += tw.a.cache_hits
         assert tw.a.selections + tw.a.cache_hits >= len(tw.victims)
     assert hits > 0, "the batched path was never taken: the test does not test it"
+
+
+@pytest.mark.parametrize("heuristic", ["dtr", "dtr_eq", "dtr_local", "msps"])
+def test_bounded_choice_equals_full_reselection(heuristic):
+    """NOTE [ Bounded choice ]: across clock steps and mutations, every choice equals a full
+    re-scoring, and most choices are served from the bounds."""
+    hits = misses = 0
+    for seed in range(6):
+        tw = run_twin(heuristic, seed, n_steps=400, spread=True)
+        hits, misses = hits + tw.a._bounded.hits, misses + tw.a._bounded.misses
+    assert hits > misses > 0, (hits, misses)  # both paths taken
+
+
+def test_bounded_choice_sees_a_listed_score_rise():
+    """NOTE [ Bounded choice ] rules 3-5 in an eviction loop: evicting ``a`` raises the
+    listed ``b`` (its evicted neighbour's cost joins its own) above the unlisted ``c``, so the
+    next victim is ``c``, which only the bound of rule 3 (min score, at d = 0) reveals."""
+    eng = Engine("dtr_eq", device="cpu", batch=2)
+    a = eng.new(5.0, 5, 0)  # 5 / (5 * 10) = 0.1
+    b = eng.new(1.0, 1, 0, [a])  # 1 / (1 * 10) = 0.1, then (1 + 5) / 10 = 0.6
+    c = [eng.new(1.5, 1, 0) for _ in range(3)]  # 0.15 each
+    assert eng.choose(10) == a
+    eng.evict(a)
+    assert eng.choose(10) == c[0]
+    eng.evict(c[0])
+    assert eng.choose(10) == c[1]
+    assert eng.choose(10) == eng.select(10, 1)[0]
 
 
 @settings(max_examples=25, deadline=None)

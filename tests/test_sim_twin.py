@@ -235,3 +235,27 @@ def test_cli_semantics_runtime(tmp_path, capsys):
     m = rec.trace.meta["runtime"]
     assert (int(row["evictions"]), int(row["remats"])) == (m["evictions"], m["rematerializations"])
     assert int(row["peak_bytes"]) == m["peak_bytes"]
+
+
+@pytest.mark.parametrize("name,scale", [("treelstm", 4), ("lstm", 1), ("gpt", 1)])
+def test_bounded_choice_equals_full_scoring_on_recorded_steps(name, scale, monkeypatch):
+    """NOTE [ Bounded choice ] on real programs: every victim the engine chooses during a
+    replay at 50 % and 30 % is the one a full re-scoring (``select(now, 1)``) gives."""
+    from tritondtr.engine import Engine
+
+    choose, checked = Engine.choose, []
+
+    def checking(self, now):
+        v = choose(self, now)
+        full = self.select(now, 1)
+        assert v == (full[0] if full else None), f"clock {now}: {v}, full scoring {full}"
+        checked.append(self._bounded.hits)
+        return v
+
+    monkeypatch.setattr(Engine, "choose", checking)
+    case = zoo.make(name, seed=0, scale=scale)  # the TreeLSTM at scale 4 caught a bad B(0)
+    opt = torch.optim.Adam(case.model.parameters(), lr=1e-3)
+    trace = _record(lambda: zoo.train_step(case, opt)).trace
+    for ratio in (0.5, 0.3):
+        simulate(trace, "dtr_eq", ratio=ratio, semantics="runtime", overhead_limit=10.0)
+    assert len(checked) > 20 and checked[-1] > 0  # decisions made, some from the bounds

@@ -102,7 +102,7 @@ class BoundedChoice:
         b = self._bounds.get(d)
         if b is None:
             r = self._r
-            b = float((r / (self._s + d)).amin()) if self.stale and d else float(r.amin())
+            b = float((r / (self._s + d)).amin()) if self.stale else float(r.amin())
             self._bounds[d] = b
         return b
 
