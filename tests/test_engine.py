@@ -144,7 +144,7 @@ def test_bounded_choice_sees_a_listed_score_rise():
     c = [eng.new(1.5, 1, 0) for _ in range(3)]  # 0.15 each
     assert eng.choose(10) == a
     eng.evict(a)
-    assert eng.choose(10) == c[0]
+    assert eng.choose(10) == c[0] != b
     eng.evict(c[0])
     assert eng.choose(10) == c[1]
     assert eng.choose(10) == eng.select(10, 1)[0]
