@@ -65,6 +65,7 @@ CORE = [
     "scoring.py",
     "heuristics.py",
     "engine.py",
+    "bounded.py",
     "neighborhood.py",
     "regions.py",
     "eqclass.py",

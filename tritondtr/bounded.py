@@ -4,9 +4,11 @@
 # Most decisions of a DTR run need one victim, a few ops after the last full scoring, with a
 # handful of slots changed since (the op's inputs and outputs). For ``dtr``, ``dtr_eq``,
 # ``dtr_local`` and ``msps`` a scoring can then serve many later decisions exactly:
-# 1. A full scoring at clock t0 keeps the top ``batch`` candidates in (score, slot) order
-#    (the *list*), and for every other candidate i its float32 score h_i and its staleness
-#    s_i = t0 - last_access_i.
+# 1. A full scoring at clock t0 (every slot's exact score, ``MetadataTable.score``) keeps the
+#    top ``batch`` candidates in (score, slot) order (the *list*), and for every other
+#    candidate i its float32 score h_i and its staleness s_i = t0 - last_access_i. Tables on
+#    the CPU only: on a GPU the scores would cross to the host at every full scoring, and the
+#    kernel's batched choice (NOTE [ Exact batched choice ]) stays.
 # 2. Until the next full scoring the engine records every slot whose score may have dropped
 #    for another reason than the clock: created, accessed, recomputed, cost set, unlocked,
 #    unpinned, or its ``nbhd_cost`` lowered by the neighbourhood (the *changed* slots).
@@ -22,8 +24,8 @@
 #    staleness 0 at t0). If the pool's best (score, slot) is a candidate whose score is below
 #    B(d) * (1 - 1e-5), d the smallest of those clocks >= t - t0, it is the victim a full
 #    scoring would choose: float32 rounding moves each score by at most a few units in the
-#    last place (~2.4e-7 relative each), far below the margin. Otherwise the engine scores
-#    every slot again (a *miss*).
+#    last place (~2.4e-7 relative each), far below the margin. Otherwise, or when the pool
+#    would hold more than 256 slots, the engine scores every slot again (a *miss*).
 # 5. Within an eviction loop (t = t0, d = 0) evictions only remove candidates and raise
 #    neighbourhood costs, so the list serves victims until its best is no longer below B(0):
 #    this replaces the batched list of NOTE [ Exact batched choice ] for these heuristics.
@@ -33,7 +35,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from .heuristics import Heuristic
 from .table import MetadataTable
@@ -42,7 +43,7 @@ __all__ = ["BOUNDED", "BoundedChoice"]
 
 BOUNDED = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
 _MARGIN = 1.0 - 1e-5  # rule 4
-_MAX_POOL_EXTRA = 64  # more candidates than this that rule 3 cannot bound: always rescore
+_MAX_POOL = 256  # more slots to score than this: a full scoring instead
 _INF = float("inf")
 
 
@@ -59,8 +60,8 @@ class BoundedChoice:
         self.t0 = -1  # no scoring yet
         self.list: list[int] = []
         self.extra: list[int] = []  # rule 4: candidates rule 3 cannot bound
-        self._r: torch.Tensor | None = None  # h * s (h for msps), +inf where not bounded, f64
-        self._s: torch.Tensor | None = None  # staleness at t0, float64
+        self._r: np.ndarray | None = None  # h * s (h for msps), +inf where not bounded, f64
+        self._s: np.ndarray | None = None  # staleness at t0, float64
         self._bounds: dict[int, float] = {}
         self.hits = 0
         self.misses = 0
@@ -68,41 +69,52 @@ class BoundedChoice:
     def changed(self, slot: int) -> None:
         self.dirty.add(slot)
 
-    def start(self, now: int, ids: list[int], scores: torch.Tensor) -> None:
-        """A full scoring at ``now`` chose ``ids`` (best first) from ``scores`` [capacity]
-        float32 (non-candidates +inf): rule 1."""
+    def start(self, now: int, scores: np.ndarray, k: int) -> int | None:
+        """A full scoring at ``now``: ``scores`` [capacity] float32 of every slot
+        (non-candidates +inf). Keeps rule 1's list of ``k`` and returns the victim, the first
+        (score, slot) candidate, or None if there is no candidate (NOTE [ Scoring rules ]
+        5 and 7: all-infinite scores go to the lowest candidate slot)."""
         t = self.table
-        n = scores.numel()
-        h = scores.to(torch.float64)
-        cand = torch.from_numpy(t.host_state[:n] == 1).to(h.device)
-        if self.stale:
-            last = torch.from_numpy(t.host_last_access[:n]).to(h.device)
-            s = (now - last).to(torch.float64)
-            r = h * s
-        else:
-            s = torch.zeros_like(h)
-            r = h.clone()
-        unbounded = cand & ~torch.isfinite(r) | cand & ~torch.isfinite(h)
-        if self.stale:
-            unbounded |= cand & (s <= 0)
-        extra = unbounded.nonzero().flatten().tolist()
-        if len(extra) > _MAX_POOL_EXTRA:
-            self.t0 = -1  # rule 4 would score too many: every choice is a full scoring
-            self.dirty.clear()
-            return
-        r = torch.where(cand & ~unbounded, r, _INF)
-        if ids:
-            r[torch.tensor(ids, device=r.device)] = _INF
-        self.t0, self.list, self.extra = now, ids, extra
-        self._r, self._s, self._bounds = r, s, {}
+        n = scores.size
+        cand = t.host_state[:n] == 1
         self.dirty.clear()
+        if not cand.any():
+            self.t0 = -1
+            return None
+        k = min(k, n)
+        kth = np.partition(scores, k - 1)[k - 1]
+        top = np.flatnonzero(scores < kth)
+        top = np.concatenate([top, np.flatnonzero(scores == kth)[: k - top.size]])
+        top = top[np.lexsort((top, scores[top]))]  # (score, slot) order
+        top = top[cand[top]]
+        if not top.size or not scores[top[0]] < _INF:  # every candidate at +inf
+            self.t0 = -1
+            return int(np.flatnonzero(cand)[0])
+        h = scores.astype(np.float64)
+        if self.stale:
+            s = (now - t.host_last_access[:n]).astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                r = h * s
+            unbounded = cand & ~(np.isfinite(r) & (s > 0))
+        else:
+            s, r = None, h
+            unbounded = cand & ~np.isfinite(h)
+        extra = np.flatnonzero(unbounded)
+        if extra.size > _MAX_POOL:
+            self.t0 = -1  # rule 4 would score too many: every choice is a full scoring
+            return int(top[0])
+        r = np.where(cand & ~unbounded, r, _INF)
+        r[top] = _INF
+        self.t0, self.list, self.extra = now, top.tolist(), extra.tolist()
+        self._r, self._s, self._bounds = r, s, {}
+        return int(top[0])
 
     def _bound(self, d: int) -> float:
         """B(d) of rule 3, d a power of two or 0."""
         b = self._bounds.get(d)
         if b is None:
             r = self._r
-            b = float((r / (self._s + d)).amin()) if self.stale else float(r.amin())
+            b = float((r / (self._s + d)).min()) if self.stale else float(r.min())
             self._bounds[d] = b
         return b
 
@@ -112,6 +124,8 @@ class BoundedChoice:
         if self.t0 < 0 or d < 0:
             return None
         t = self.table
+        if len(self.dirty) > _MAX_POOL:  # scoring the pool would cost a full scoring
+            return self._miss()
         pool = self.dirty.union(self.list, self.extra)
         idx = np.fromiter(pool, np.int64, len(pool))
         idx.sort()

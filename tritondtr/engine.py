@@ -114,7 +114,7 @@ class Engine:
         # NOTE [ Bounded choice ]: None where it does not apply (the batched list serves)
         self._bounded = (
             BoundedChoice(self.table, self.heuristic)
-            if self.heuristic in BOUNDED and not reuse
+            if self.heuristic in BOUNDED and not reuse and self.table.device.type == "cpu"
             else None
         )
         self._changed = self._bounded.changed if self._bounded is not None else _ignore
@@ -309,14 +309,16 @@ class Engine:
         else NOTE [ Exact batched choice ])."""
         b = self._bounded
         if b is not None:
+            if type(now) is not int:  # the paper's replay runs a float clock; scores see int
+                now = policy._check_now(now)
             self.nbhd.flush()
             v = b.choose(now)
             if v is not None:
                 self.cache_hits += 1
                 return v
-            ids = self.select(now, self.batch)
-            b.start(now, ids, self.table.score(self.heuristic, now, backend=self.backend))
-            return ids[0] if ids else None
+            self.selections += 1
+            scores = self.table.score(self.heuristic, now, backend=self.backend)
+            return b.start(now, scores.numpy(), self.batch)
         c = self._cache
         if c is not None and self.reuse and (c[0] != self._epoch or c[1] != now):
             if 0 <= now - c[1] <= self.reuse:

@@ -33,6 +33,9 @@ when nothing is left, the backward pass's storages are unpinned; then :class:`Bu
 #    rematerializations, are those of ``choose`` alone; only the number of scorings changes.
 #    Measured: see docs/benchmarks.md, Runtime, CPU ("Top-8 against top-1 scoring" and the
 #    table after it) and Engine events.
+# 3. For the heuristics of NOTE [ Bounded choice ] (engine tables on the CPU) ``choose``
+#    itself serves every victim, the first included, from bounds that outlive the eviction
+#    loop; rule 2 is for the others.
 """
 
 from __future__ import annotations
