@@ -17,6 +17,10 @@ recipes keep referring to the old version they read.
 #    engine forgets it at the same point.
 # 4. ``__del__`` only appends to a list: it can run inside any allocation (cyclic GC), so it
 #    never touches the engine or the byte counts itself.
+# 5. So within one op the core may still hold a storage that died: the freeze of NOTE
+#    [ Parameter writes ] runs inside the optimizer's first parameter write, drops recipes,
+#    and its recomputations can choose such a storage as a victim. Freeing it is a no-op
+#    (its buffer died with it); it is never recomputed (no wrapper and no recipe needs it).
 
 # NOTE [ RNG replay ]
 # 1. A random op (NOTE [ Op semantics ] rule 4) captures the state of the generator it will

@@ -463,7 +463,9 @@ class Session:
 
     def free(self, sid: int) -> None:
         """Drop the buffer of ``sid`` (evicted, dropped or handed out)."""
-        self.storage(sid).buf = None
+        s = self.storages[sid]()
+        if s is not None:  # else its buffer died with it (NOTE [ Storage lifetime ] rule 5)
+            s.buf = None
 
     def keep(self, sid: int) -> None:
         """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
