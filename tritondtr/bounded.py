@@ -129,7 +129,6 @@ class BoundedChoice:
         pool = self.dirty.union(self.list, self.extra)
         idx = np.fromiter(pool, np.int64, len(pool))
         idx.sort()
-        idx = idx[idx < t.capacity]
         if not idx.size:
             return self._miss()
         # NOTE [ Scoring rules ] 2-4 in float32: evictable_size is NaN for non-candidates

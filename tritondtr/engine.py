@@ -272,6 +272,11 @@ class Engine:
         self._pinned[slot] = 0
 
     # ------------------------------------------------------------------ queries
+    @property
+    def bounded(self) -> bool:
+        """Whether :meth:`choose` serves every choice by NOTE [ Bounded choice ]."""
+        return self._bounded is not None
+
     def is_resident(self, slot: int) -> bool:
         return 0 <= slot < len(self._st) and self._st[slot] == RESIDENT
 

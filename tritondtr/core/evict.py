@@ -83,7 +83,7 @@ class Evictor:
 
     def _choose(self, first: bool) -> int | None:
         eng = self.engine
-        if first and not self.reuse and eng._bounded is None:
+        if first and not self.reuse and not eng.bounded:
             ids = eng.select(self.now, 1)
             return ids[0] if ids else None
         return eng.choose(self.now)
