@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritondtr
+from tritondtr.bounded import LIST
 from tritondtr.engine import Engine
 from tritondtr.heuristics import unregister_heuristic
 from tritondtr.table import SlotState
@@ -163,6 +164,7 @@ def test_choose_equals_full_reselection_hypothesis(seed, heuristic, batch):
 def test_choose_saves_scorings_in_an_eviction_loop():
     """Independent chains: evicting one storage changes nobody else's score."""
     eng = Engine("dtr", device="cpu", batch=8)
+    assert eng.bounded and LIST == 32  # NOTE [ Bounded choice ] rule 6: not the batch of 8
     for i in range(40):
         eng.new(float(i + 1), 1, 0)
     order = []
@@ -170,8 +172,8 @@ def test_choose_saves_scorings_in_an_eviction_loop():
         eng.evict(v)
         order.append(v)
     assert order == list(range(40))
-    # 5 scorings of 8 serve 40 victims; the 6th finds nothing left
-    assert eng.selections == 6 and eng.cache_hits == 35
+    # a scoring's list of 32 serves 32 victims, the next one the last 8; the 3rd finds none
+    assert eng.selections == 3 and eng.cache_hits == 38
 
 
 def test_mutations_between_choices_drop_the_cache():

@@ -5,7 +5,7 @@
 # handful of slots changed since (the op's inputs and outputs). For ``dtr``, ``dtr_eq``,
 # ``dtr_local`` and ``msps`` a scoring can then serve many later decisions exactly:
 # 1. A full scoring at clock t0 (every slot's exact score, ``MetadataTable.score``) keeps the
-#    top ``batch`` candidates in (score, slot) order (the *list*), and for every other
+#    top ``LIST`` (32) candidates in (score, slot) order (the *list*), and for every other
 #    candidate i its float32 score h_i and its staleness s_i = t0 - last_access_i. Tables on
 #    the CPU only: on a GPU the scores would cross to the host at every full scoring, and the
 #    kernel's batched choice (NOTE [ Exact batched choice ]) stays.
@@ -25,10 +25,15 @@
 #    B(d) * (1 - 1e-5), d the smallest of those clocks >= t - t0, it is the victim a full
 #    scoring would choose: float32 rounding moves each score by at most a few units in the
 #    last place (~2.4e-7 relative each), far below the margin. Otherwise, or when the pool
-#    would hold more than 256 slots, the engine scores every slot again (a *miss*).
+#    would hold more than ``MAX_POOL`` (1024) slots, the engine scores every slot again (a
+#    *miss*).
 # 5. Within an eviction loop (t = t0, d = 0) evictions only remove candidates and raise
 #    neighbourhood costs, so the list serves victims until its best is no longer below B(0):
 #    this replaces the batched list of NOTE [ Exact batched choice ] for these heuristics.
+# 6. Sizes: a list of 32 rather than the batched list's 8, and pools of up to 1024 slots: a
+#    pool costs ~13 us of fixed numpy calls whatever its size up to ~1k, a miss a pass over
+#    every slot; longer lists and larger pools turn most misses into hits at the same cost
+#    (the victims are exact either way).
 # Measured: see docs/benchmarks.md, Measurements behind the NOTEs, Bounded choice.
 """
 
@@ -39,11 +44,12 @@ import numpy as np
 from .heuristics import Heuristic
 from .table import MetadataTable
 
-__all__ = ["BOUNDED", "BoundedChoice"]
+__all__ = ["BOUNDED", "LIST", "MAX_POOL", "BoundedChoice"]
 
 BOUNDED = (Heuristic.DTR, Heuristic.DTR_EQ, Heuristic.DTR_LOCAL, Heuristic.MSPS)
+LIST = 32  # rule 1's list length (rule 6)
+MAX_POOL = 1024  # more slots to score than this: a full scoring instead (rules 4, 6)
 _MARGIN = 1.0 - 1e-5  # rule 4
-_MAX_POOL = 256  # more slots to score than this: a full scoring instead
 _INF = float("inf")
 
 
@@ -69,7 +75,7 @@ class BoundedChoice:
     def changed(self, slot: int) -> None:
         self.dirty.add(slot)
 
-    def start(self, now: int, scores: np.ndarray, k: int) -> int | None:
+    def start(self, now: int, scores: np.ndarray, k: int = LIST) -> int | None:
         """A full scoring at ``now``: ``scores`` [capacity] float32 of every slot
         (non-candidates +inf). Keeps rule 1's list of ``k`` and returns the victim, the first
         (score, slot) candidate, or None if there is no candidate (NOTE [ Scoring rules ]
@@ -100,7 +106,7 @@ class BoundedChoice:
             s, r = None, h
             unbounded = cand & ~np.isfinite(h)
         extra = np.flatnonzero(unbounded)
-        if extra.size > _MAX_POOL:
+        if extra.size > MAX_POOL:
             self.t0 = -1  # rule 4 would score too many: every choice is a full scoring
             return int(top[0])
         r = np.where(cand & ~unbounded, r, _INF)
@@ -124,7 +130,7 @@ class BoundedChoice:
         if self.t0 < 0 or d < 0:
             return None
         t = self.table
-        if len(self.dirty) > _MAX_POOL:  # scoring the pool would cost a full scoring
+        if len(self.dirty) > MAX_POOL:  # scoring the pool would cost a full scoring
             return self._miss()
         pool = self.dirty.union(self.list, self.extra)
         idx = np.fromiter(pool, np.int64, len(pool))

@@ -323,7 +323,7 @@ class Engine:
                 return v
             self.selections += 1
             scores = self.table.score(self.heuristic, now, backend=self.backend)
-            return b.start(now, scores.numpy(), self.batch)
+            return b.start(now, scores.numpy())
         c = self._cache
         if c is not None and self.reuse and (c[0] != self._epoch or c[1] != now):
             if 0 <= now - c[1] <= self.reuse:
