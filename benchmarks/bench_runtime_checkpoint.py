@@ -33,7 +33,7 @@ compared (checkpoint runs in plain eager mode, as users run it).
 #    op; a data-dependent tree) and are not in this comparison.
 
 examples:
-  python benchmarks/bench_runtime_checkpoint.py               # ~1 min on 2 CPU cores
+  python benchmarks/bench_runtime_checkpoint.py               # ~2 min on 2 CPU cores
   python benchmarks/bench_runtime_checkpoint.py --device cuda --models gpt
   python benchmarks/bench_runtime_checkpoint.py --models hf-gpt2 --repeats 3
 """
