@@ -36,6 +36,7 @@ __all__ = [
     "HF_MODELS",
     "dtr_log_traces",
     "gru_step",
+    "hf_model",
     "hf_step",
     "record",
     "zoo_step",
@@ -72,27 +73,74 @@ def zoo_step(name: str, scale: int) -> Step:
     return lambda: zoo.train_step(case, opt)
 
 
-def hf_step(name: str) -> Step:
-    """NOTE [ Recorded steps ] rule 3; raises ImportError without ``transformers``."""
+def hf_model(
+    name: str,
+    *,
+    layers: int = 2,
+    width: int = 64,
+    heads: int = 4,
+    vocab: int = 512,
+    positions: int = 64,
+    dropout: float | None = None,
+):
+    """A Hugging Face ``name`` model (one of ``HF_MODELS``) built from config, seed 0, eager
+    attention, in training mode (NOTE [ Recorded steps ] rule 3 gives the defaults).
+
+    ``width`` is the hidden size (the MLP is 2x for BERT and Llama, 4x for GPT-2), ``positions``
+    the longest sequence in tokens; ``dropout`` (a probability) replaces the config's dropout
+    probabilities where given. Raises ImportError without ``transformers``."""
     import transformers as tf
 
-    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+    small = dict(
+        hidden_size=width, num_hidden_layers=layers, num_attention_heads=heads, vocab_size=vocab
+    )
     if name == "gpt2":
-        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=64)
+        drop = (
+            {}
+            if dropout is None
+            else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
+        )
+        cfg = tf.GPT2Config(
+            n_embd=width,
+            n_layer=layers,
+            n_head=heads,
+            vocab_size=vocab,
+            n_positions=positions,
+            bos_token_id=vocab - 1,
+            eos_token_id=vocab - 1,
+            **drop,
+        )
         head = tf.GPT2LMHeadModel
     elif name == "bert":
-        cfg = tf.BertConfig(**small, intermediate_size=128, max_position_embeddings=64)
+        drop = (
+            {}
+            if dropout is None
+            else dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob"), dropout)
+        )
+        cfg = tf.BertConfig(
+            **small, intermediate_size=2 * width, max_position_embeddings=positions, **drop
+        )
         head = tf.BertForMaskedLM
     elif name == "llama":
+        drop = {} if dropout is None else dict(attention_dropout=dropout)
         cfg = tf.LlamaConfig(
-            **small, intermediate_size=128, num_key_value_heads=2, max_position_embeddings=64
+            **small,
+            intermediate_size=2 * width,
+            num_key_value_heads=max(1, heads // 2),
+            max_position_embeddings=positions,
+            **drop,
         )
         head = tf.LlamaForCausalLM
     else:
         raise ValueError(f"unknown Hugging Face model {name!r}; expected one of {HF_MODELS}")
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = head(cfg).train()
+    return head(cfg).train()
+
+
+def hf_step(name: str) -> Step:
+    """NOTE [ Recorded steps ] rule 3; raises ImportError without ``transformers``."""
+    model = hf_model(name)
     ids = torch.randint(0, 512, (4, 32))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
