@@ -139,6 +139,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
+        self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
 

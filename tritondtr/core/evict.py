@@ -3,7 +3,8 @@
 
 :class:`Evictor` is the part of :class:`~tritondtr.core.Core` that makes room: the first
 victim of an eviction loop is one exact top-1 scoring, later ones the engine's batched choice;
-when nothing is left, the backward pass's storages are unpinned; then :class:`BudgetError`.
+storages no wrapper holds are scored by their evicted ancestors; when nothing is left, the
+backward pass's storages are unpinned; then :class:`BudgetError`.
 
 # NOTE [ Backward storages ]
 # 1. Storages created while autograd runs a backward pass are pinned when created: gradients
@@ -36,20 +37,52 @@ when nothing is left, the backward pass's storages are unpinned; then :class:`Bu
 # 3. For the heuristics of NOTE [ Bounded choice ] (engine tables on the CPU) ``choose``
 #    itself serves every victim, the first included, from bounds that outlive the eviction
 #    loop; rule 2 is for the others.
+
+# NOTE [ Unheld storages ]
+# 1. A resident storage that no wrapper holds (``held`` 0) is resident only because a
+#    recomputation needed it as an input (NOTE [ A recomputation is not a use ] in remat.py).
+#    The program never reads it again: it matters only to the recomputations of its evicted
+#    descendants, and evicting it adds to those its own recomputation: its cost and the cost
+#    of its evicted ancestors (each once), not the cost of the descendants themselves, which
+#    they pay whether it stays or not.
+# 2. So under ``dtr_eq`` and ``dtr``, whose neighbourhood also counts the evicted
+#    descendants' side, such a storage is scored (cost + its evicted ancestors' costs) /
+#    (size x staleness), in float32 as NOTE [ Scoring rules ]; every other storage keeps the
+#    engine's score. The victim is the lowest of the engine's victim and those scores (ties:
+#    the lowest engine slot). Every evicted ancestor is in the evicted neighbourhood (the
+#    class of an evicted parent, or the exact e*, holds all evicted storages reachable through
+#    it), so the rule only lowers the scores of these storages: it never picks a held storage
+#    the engine did not.
+# 3. Why: the union-find classes never split (NOTE [ Eqclass rules ] rule 3), and the
+#    intermediates a long recomputation leaves behind border a class that grew over most of
+#    the evicted graph (108 ms of cost in the 158 ms step of the zoo LSTM at scale 16 and
+#    50 % of its peak). Stale and never read, they kept their place at ~20x the score of the
+#    held storages recomputed beside them, which were evicted instead: the same chain prefix
+#    was then recomputed 3-4 times. Measured on the twin: see docs/simulator.md, the policy
+#    sweep, "After NOTE [ Unheld storages ]".
+# 4. The candidates are the storages recomputed while no wrapper held them (``Core.unheld``,
+#    fed by ``Rematerializer.recompute``; entries no longer resident and unheld are dropped
+#    at each choice). A walk up the ancestors stops as soon as its sum cannot beat the best
+#    score so far.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
+from ..heuristics import Heuristic
 from ..residency import EVICTED, RESIDENT
 from .errors import BudgetError
 
 __all__ = ["Evictor"]
 
 _profiling = torch.autograd._profiler_enabled
+_F32 = np.float32
+_INF = float("inf")
+_DESCENDANTS = (Heuristic.DTR, Heuristic.DTR_EQ)  # NOTE [ Unheld storages ] rule 2
 
 
 class Evictor:
@@ -85,8 +118,61 @@ class Evictor:
         eng = self.engine
         if first and not self.reuse and not eng.bounded:
             ids = eng.select(self.now, 1)
-            return ids[0] if ids else None
-        return eng.choose(self.now)
+            v = ids[0] if ids else None
+        else:
+            v = eng.choose(self.now)
+        if v is not None and self.unheld and eng.heuristic in _DESCENDANTS:
+            return self._unheld_victim(v)
+        return v
+
+    def _unheld_victim(self, v: int) -> int:
+        """NOTE [ Unheld storages ]: the engine slot of the victim, ``v`` or a resident
+        storage no wrapper holds whose ancestors-only score is lower."""
+        eng, now = self.engine, self.now
+        t = eng.table
+        cost, size, last = t.host_cost, t.host_size, t.host_last_access
+        den = _F32(size[v]) * _F32(now - int(last[v]))
+        best = (_F32(cost[v]) + _F32(t.host_nbhd_cost[v])) / den if den > 0 else _INF
+        pick = v
+        state, held, eslot = self.state, self.held, self.eslot
+        keep = {}
+        for sid in self.unheld:
+            if state[sid] != RESIDENT or held[sid]:
+                continue
+            keep[sid] = None
+            slot = eslot[sid]
+            if slot == pick or not eng.is_candidate(slot):
+                continue
+            d = _F32(size[slot]) * _F32(now - int(last[slot]))
+            if not d > 0:
+                continue
+            own = float(cost[slot])
+            anc = self._ancestors_cost(sid, float(best * d) * (1 + 1e-6) - own)  # slack: f32
+            if anc is None:
+                continue
+            score = (_F32(own) + _F32(anc)) / d
+            if score < best or (score == best and slot < pick):
+                best, pick = score, slot
+        self.unheld = keep
+        return pick
+
+    def _ancestors_cost(self, sid: int, limit: float) -> float | None:
+        """The summed engine costs of the evicted storages ``sid``'s recomputation needs
+        (each once), or None as soon as the sum exceeds ``limit``."""
+        state, inputs, eslot = self.state, self.inputs, self.eslot
+        cost = self.engine.table.host_cost
+        total, seen = 0.0, set()
+        todo = [i for i in inputs[sid] if state[i] == EVICTED]
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            total += float(cost[eslot[i]])
+            if total > limit:
+                return None
+            todo.extend(j for j in inputs[i] if state[j] == EVICTED and j not in seen)
+        return total
 
     def _unpin_backward(self) -> bool:
         """NOTE [ Backward storages ] rules 2 and 3; False if nothing was unpinned."""

@@ -201,6 +201,8 @@ class Rematerializer:
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)
         self.stats.rematerializations += 1
+        if not self.held[sid]:  # NOTE [ Unheld storages ] rule 4 in evict.py
+            self.unheld[sid] = None
         if self.pinned[sid]:
             self.engine.pin(slot)
         self.grow(self.size[sid])

@@ -1,0 +1,92 @@
+"""NOTE [ Unheld storages ] in tritondtr/core/evict.py: a resident storage no wrapper holds is
+scored by its evicted ancestors, not by its evicted descendants' class; the core is driven
+directly with a counting executor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tritondtr.core import Core
+from tritondtr.residency import EVICTED, RESIDENT
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.recomputed: list[int] = []
+
+    def recompute(self, sid: int) -> None:
+        self.recomputed.append(sid)
+
+    def free(self, sid: int) -> None:
+        pass
+
+    def keep(self, sid: int) -> None:
+        pass
+
+
+def scene(heuristic: str, root_cost: float, drop_root: bool = False):
+    """``a -> b -> c`` and ``b -> d -> e`` (100 bytes each, ``a`` of cost ``root_cost``),
+    ``x`` (cost 50) alone, one op per clock tick (``x`` at 6). ``b`` (cost 1) and ``d`` (cost
+    1000) lose their wrappers; ``c`` is evicted and recomputed (clock 7 and 8), which
+    recomputes ``b`` as an input: ``b`` is resident, unheld (last access 2), and borders
+    ``d``'s class. ``drop_root``: ``a`` is evicted before, and recomputed too."""
+    ex = Counting()
+    core = Core(10**6, heuristic, ex, backend="torch")
+    core.start(torch.device("cpu"))
+    core.sync()
+    sid = {}
+    for name, cost, parents in (
+        ("a", root_cost, ()),
+        ("b", 1.0, ("a",)),
+        ("c", 1.0, ("b",)),
+        ("d", 1000.0, ("b",)),
+        ("e", 1.0, ("d",)),
+        ("x", 50.0, ()),
+    ):
+        core.begin(name)
+        sid[name] = core.new(100, cost, tuple(sid[p] for p in parents), name)
+        core.end()
+    core.release(sid["b"])
+    core.release(sid["d"])
+    if drop_root:
+        core.drop(sid["a"])
+    core.drop(sid["c"])
+    core.materialize(sid["c"])
+    core.unlock(sid["c"])
+    return core, ex, sid
+
+
+@pytest.mark.parametrize("heuristic", ["dtr_eq", "dtr"])
+def test_an_unheld_intermediate_is_scored_by_its_ancestors(heuristic):
+    core, ex, s = scene(heuristic, 200.0)
+    assert ex.recomputed == [s["b"], s["c"]]
+    assert core.state[s["b"]] == RESIDENT and not core.held[s["b"]]
+    assert core.now == 8
+    # the engine alone: b's neighbourhood holds d (1000): (1 + 1000) / (100 x 6) = 1.67;
+    # x: 50 / (100 x 2) = 0.25 is the lowest (a: 200 / (100 x 7) = 0.29)
+    assert core.engine.select(core.now, 1) == [core.eslot[s["x"]]]
+    assert core.evict_one()
+    # the rule: b costs its own 1 (a is resident): 1 / (100 x 6) = 0.0017
+    assert core.state[s["b"]] == EVICTED and core.state[s["x"]] == RESIDENT
+    assert core.stats.evictions == 1 and core.stats.rematerializations == 2
+    assert core.evict_one()  # the next choice drops b from the rule's candidates (rule 4)
+    assert core.state[s["x"]] == EVICTED and core.unheld == {}
+    core.check_invariants()
+
+
+def test_expensive_ancestors_keep_an_unheld_intermediate():
+    core, ex, s = scene("dtr_eq", 5000.0, drop_root=True)
+    assert ex.recomputed == [s["a"], s["b"], s["c"]] and core.now == 9
+    core.drop(s["a"])  # b's recomputation needs a again: (1 + 5000) / (100 x 7) = 7.1
+    assert core.evict_one()
+    assert core.state[s["x"]] == EVICTED and core.state[s["b"]] == RESIDENT
+    assert list(core.unheld) == [s["b"]]
+    core.check_invariants()
+
+
+def test_other_heuristics_keep_the_engine_victim():
+    core, _, _ = scene("msps", 200.0)
+    victim = core.engine.select(core.now, 1)
+    assert core.evict_one()
+    assert core.state[core.sid_of[victim[0]]] == EVICTED
