@@ -47,12 +47,13 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    they pay whether it stays or not.
 # 2. So under ``dtr_eq`` and ``dtr``, whose neighbourhood also counts the evicted
 #    descendants' side, such a storage is scored (cost + its evicted ancestors' costs) /
-#    (size x staleness), in float32 as NOTE [ Scoring rules ]; every other storage keeps the
-#    engine's score. The victim is the lowest of the engine's victim and those scores (ties:
-#    the lowest engine slot). Every evicted ancestor is in the evicted neighbourhood (the
-#    class of an evicted parent, or the exact e*, holds all evicted storages reachable through
-#    it), so the rule only lowers the scores of these storages: it never picks a held storage
-#    the engine did not.
+#    (size x staleness), in float64 from the core's costs and sizes and the engine's last
+#    accesses (the engine's victim is scored the same way to compare); every other storage
+#    keeps the engine's score. The victim is the lowest of the engine's victim and those
+#    scores (ties: the lowest engine slot). Every evicted ancestor is in the evicted
+#    neighbourhood (the class of an evicted parent, or the exact e*, holds all evicted
+#    storages reachable through it), so the rule only lowers the scores of these storages: it
+#    never picks a held storage the engine did not.
 # 3. Why: the union-find classes never split (NOTE [ Eqclass rules ] rule 3), and the
 #    intermediates a long recomputation leaves behind border a class that grew over most of
 #    the evicted graph (108 ms of cost in the 158 ms step of the zoo LSTM at scale 16 and
@@ -62,15 +63,15 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    sweep, "After NOTE [ Unheld storages ]".
 # 4. The candidates are the storages recomputed while no wrapper held them (``Core.unheld``,
 #    fed by ``Rematerializer.recompute``; entries no longer resident and unheld are dropped
-#    at each choice). A walk up the ancestors stops as soon as its sum cannot beat the best
-#    score so far.
+#    at each choice). They are visited in order of their own score (cost / (size x
+#    staleness)): once one cannot beat the best so far, none of the rest can; a walk up the
+#    ancestors stops as soon as its sum cannot either.
 """
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
 
 from ..heuristics import Heuristic
@@ -80,7 +81,6 @@ from .errors import BudgetError
 __all__ = ["Evictor"]
 
 _profiling = torch.autograd._profiler_enabled
-_F32 = np.float32
 _INF = float("inf")
 _DESCENDANTS = (Heuristic.DTR, Heuristic.DTR_EQ)  # NOTE [ Unheld storages ] rule 2
 
@@ -128,39 +128,43 @@ class Evictor:
     def _unheld_victim(self, v: int) -> int:
         """NOTE [ Unheld storages ]: the engine slot of the victim, ``v`` or a resident
         storage no wrapper holds whose ancestors-only score is lower."""
-        eng, now = self.engine, self.now
+        eng, now, cost, size = self.engine, self.now, self.cost, self.size
         t = eng.table
-        cost, size, last = t.host_cost, t.host_size, t.host_last_access
-        den = _F32(size[v]) * _F32(now - int(last[v]))
-        best = (_F32(cost[v]) + _F32(t.host_nbhd_cost[v])) / den if den > 0 else _INF
+        last = t.host_last_access.item
+        u = self.sid_of[v]
+        den = size[u] * (now - last(v))
+        best = (cost[u] + t.host_nbhd_cost.item(v)) / den if den > 0 else _INF
         pick = v
-        state, held, eslot = self.state, self.held, self.eslot
-        keep = {}
+        state, held, eslot, candidate = self.state, self.held, self.eslot, eng.is_candidate
+        keep, todo = {}, []
         for sid in self.unheld:
             if state[sid] != RESIDENT or held[sid]:
                 continue
             keep[sid] = None
             slot = eslot[sid]
-            if slot == pick or not eng.is_candidate(slot):
+            if slot == pick or not candidate(slot):
                 continue
-            d = _F32(size[slot]) * _F32(now - int(last[slot]))
-            if not d > 0:
-                continue
-            own = float(cost[slot])
-            anc = self._ancestors_cost(sid, float(best * d) * (1 + 1e-6) - own)  # slack: f32
+            d = size[sid] * (now - last(slot))
+            if d > 0:
+                todo.append((cost[sid] / d, slot, sid, d))
+        todo.sort()  # rule 4: the lowest own scores first, so the best falls early
+        for low, slot, sid, d in todo:
+            if low > best:  # rule 4: its own cost alone cannot beat the best, nor the rest
+                break
+            own = cost[sid]
+            anc = self._ancestors_cost(sid, best * d - own)
             if anc is None:
                 continue
-            score = (_F32(own) + _F32(anc)) / d
+            score = (own + anc) / d
             if score < best or (score == best and slot < pick):
                 best, pick = score, slot
         self.unheld = keep
         return pick
 
     def _ancestors_cost(self, sid: int, limit: float) -> float | None:
-        """The summed engine costs of the evicted storages ``sid``'s recomputation needs
-        (each once), or None as soon as the sum exceeds ``limit``."""
-        state, inputs, eslot = self.state, self.inputs, self.eslot
-        cost = self.engine.table.host_cost
+        """The summed costs of the evicted storages ``sid``'s recomputation needs (each
+        once), or None as soon as the sum exceeds ``limit``."""
+        state, inputs, cost = self.state, self.inputs, self.cost
         total, seen = 0.0, set()
         todo = [i for i in inputs[sid] if state[i] == EVICTED]
         while todo:
@@ -168,7 +172,7 @@ class Evictor:
             if i in seen:
                 continue
             seen.add(i)
-            total += float(cost[eslot[i]])
+            total += cost[i]
             if total > limit:
                 return None
             todo.extend(j for j in inputs[i] if state[j] == EVICTED and j not in seen)
