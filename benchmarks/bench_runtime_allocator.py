@@ -9,7 +9,8 @@ order makes the difference.
 # NOTE [ Allocator benchmark ]
 # 1. Programs: the zoo's GPT and MLP (tests/zoo.py) at ``--scale``, one training step.
 # 2. Providers: ``eager``; ``tracking`` (``tritondtr.enable(budget=None)``: every op tracked,
-#    nothing evicted). Rounds interleave them; medians.
+#    nothing evicted); ``50%`` (``budget`` = half of tracking's peak: evictions free buffers
+#    and recomputations allocate them again). Rounds interleave them; medians.
 # 3. Rows per program and provider: ``cpu_time`` (ms of this thread's CPU time, so other
 #    processes on the box do not count), ``minor_faults`` (``getrusage`` minflt over the
 #    step), ``sys_time`` (ms of kernel time over the step, the faults' zeroing mostly).
@@ -53,16 +54,18 @@ def malloc_env() -> str:
     return ",".join(found) or "default"
 
 
-def one_step(step, tracked: bool) -> tuple[float, int, float]:
-    """CPU ms, minor faults, system ms of one step."""
+def one_step(step, tracked: bool, budget: int | None = None) -> tuple[float, int, float, int]:
+    """CPU ms, minor faults, system ms and tracked peak bytes (0 in eager) of one step."""
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
+    peak = 0
     if tracked:
-        with tritondtr.enable(budget=None):
+        with tritondtr.enable(budget=budget) as session:
             step()
+        peak = session.stats.peak_bytes
     else:
         step()
     t1, r1 = time.thread_time(), resource.getrusage(resource.RUSAGE_SELF)
-    return (t1 - t0) * 1e3, r1.ru_minflt - r0.ru_minflt, (r1.ru_stime - r0.ru_stime) * 1e3
+    return (t1 - t0) * 1e3, r1.ru_minflt - r0.ru_minflt, (r1.ru_stime - r0.ru_stime) * 1e3, peak
 
 
 def measure(name: str, scale: int, rounds: int, env: Env, device: str) -> list[Row]:
@@ -73,11 +76,12 @@ def measure(name: str, scale: int, rounds: int, env: Env, device: str) -> list[R
         zoo.train_step(case, opt)
 
     one_step(step, False)
-    one_step(step, True)
-    got = {p: [] for p in ("eager", "tracking")}
+    half = one_step(step, True)[3] // 2
+    budgets = {"eager": None, "tracking": None, "50%": half}
+    got = {p: [] for p in budgets}
     for _ in range(rounds):
-        for p in got:
-            got[p].append(one_step(step, p == "tracking"))
+        for p, budget in budgets.items():
+            got[p].append(one_step(step, p != "eager", budget))
     rows = []
     params = f"model={name};scale={scale};malloc={malloc_env()}"
     for p, samples in got.items():
