@@ -10,7 +10,8 @@
 #    core's ``select_s`` / evictions, scoring and neighbourhood flush included);
 #    ``bookkeeping`` (us per eviction or rematerialization: the 50 % step minus the
 #    not-binding step, the selections and the recomputations' own time, divided by
-#    evictions + rematerializations); ``scorings`` per eviction.
+#    evictions + rematerializations); ``scorings`` per eviction; ``recompute`` (us per
+#    rematerialization: the session's ``recompute_s``, each replay's op included).
 
 examples:
   python benchmarks/bench_runtime_evict.py                  # ~2 min on 2 CPU cores
@@ -81,9 +82,11 @@ def rows_for(name: str, m: dict, env: Env, device: str) -> list[Row]:
     ]
     nb = statistics.median(m["not-binding"])
     rows.append(row("vs_not_binding", [t / nb for t in m["50%"]], "x", "50%"))
-    dec, book, scor = [], [], []
+    dec, book, scor, rec = [], [], [], []
     for dt, st, scorings in m["stats"]:
         ev, rem = st.evictions, st.rematerializations
+        if rem:
+            rec.append(st.recompute_s / rem * 1e6)
         if ev:
             dec.append(st.select_s / ev * 1e6)
             scor.append(scorings / ev)
@@ -96,6 +99,8 @@ def rows_for(name: str, m: dict, env: Env, device: str) -> list[Row]:
         row("bookkeeping", book, "us/event", note),
         row("scorings", scor, "per eviction", note),
     ]
+    if rec:
+        rows.append(row("recompute", rec, "us/remat", note))
     return rows
 
 

@@ -204,11 +204,16 @@ class Evictor:
         self.stats.backward_unpins += bool(cheap)
         return bool(cheap)
 
+    def over_budget(self) -> bool:
+        """Would :meth:`make_room` evict now? (NOTE [ Budget accounting ] rule 2)"""
+        budget = self.budget
+        return budget is not None and not self.closed and self.resident > budget
+
     def make_room(self, op: str) -> None:
         """NOTE [ Budget accounting ] rules 2 and 3, before ``op`` runs."""
-        budget = self.budget
-        if budget is None or self.closed or self.resident <= budget:
+        if not self.over_budget():
             return
+        budget = self.budget
         if self.lazy:
             raise AssertionError(
                 "bug of tritondtr: over budget while the engine is deferred "

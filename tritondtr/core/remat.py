@@ -13,9 +13,9 @@ recomputation runs through the core's executor under the budget.
 #    child is locked on behalf of its parent, so what was recomputed for a pending frame is
 #    not evicted under it. Inputs that were resident are not locked while children run (a
 #    deep path would otherwise lock everything along it): the frame re-checks on each visit
-#    and locks all its inputs only to run. Every recomputed input stays locked for its frame,
-#    so each visit has fewer inputs to recompute and the loop ends (rules 5 and 6 bound the
-#    exception).
+#    and locks all its inputs only to run (and only if it must make room: rule 8). Every
+#    recomputed input stays locked for its frame, so each visit has fewer inputs to
+#    recompute and the loop ends (rules 5 and 6 bound the exception).
 # 3. On any exception every lock taken by any frame is released: the core is as before,
 #    except for storages already recomputed, which are valid resident storages.
 # 4. A frame's missing inputs are recomputed oldest first (creation clock ``born``). The
@@ -50,6 +50,12 @@ recomputation runs through the core's executor under the budget.
 #    until its target is resident; then those locks are released and everything evictable is
 #    evicted. Every storage is recomputed at most twice per ``materialize``, and a chain
 #    that shares nothing (rule 4's residual chain) keeps its peak.
+# 8. A frame locks its inputs to run only when its recomputation must make room first (the
+#    resident bytes are over the budget): the locks keep ``make_room`` off them, and nothing
+#    else evicts between the locks and the recomputation (the replay itself runs plain ops).
+#    Under the budget nothing is evicted, so the locks would change no victim and cost two
+#    engine calls per input (measured: docs/benchmarks.md, DTR core, twin and eviction path,
+#    Replay bookkeeping). Children finished for the frame stay locked either way (rule 2).
 
 # NOTE [ A recomputation is not a use ]
 # 1. The heuristics' staleness (now - last access) stands for "how soon will the program read
@@ -128,10 +134,11 @@ class Rematerializer:
                         stack.extend(missing)
                         continue
                     locks = frame.locks
-                    for i in inputs[sid]:
-                        if state[i] != EXTERNAL:
-                            self.lock(i)
-                            locks.append(i)
+                    if self.over_budget():  # rule 8: only room-making can evict an input
+                        for i in inputs[sid]:
+                            if state[i] != EXTERNAL:
+                                self.lock(i)
+                                locks.append(i)
                     try:
                         self.recompute(sid, sid == target or bool(self.held[sid]))
                     except BudgetError:

@@ -52,6 +52,21 @@ recipes keep referring to the old version they read.
 #    state is active. The first execution needs no guard: an op autocast casts is then
 #    called with autocast's own key excluded, and any other op autocast passes through.
 #    The guard's cost per replay: docs/benchmarks.md (Runtime, replay guards).
+
+# NOTE [ Replay copies ]
+# 1. A replay of an in-place op writes a copy of the version it read (a ``WRITE`` input): a
+#    copy of the whole storage, seen with the source buffer's geometry and math bits. When
+#    the source buffer covers its storage exactly (contiguous, offset 0, its bytes those of
+#    the storage, no conj or neg bit), as a fresh op output does, that copy is
+#    ``buf.clone()``: the same bytes, and for a non-overlapping dense tensor the same sizes
+#    and strides (``empty_strided`` of its own). Otherwise it is the storage's clone put
+#    under the buffer's geometry (``torch.empty`` plus ``set_``), ~4x the cost on a small
+#    buffer (measured: docs/benchmarks.md, DTR core, twin and eviction path, Replay
+#    bookkeeping).
+# 2. A recipe whose tensor arguments are all single positional tensors (``OpInfo.flat``) is
+#    replayed on a shallow copy of its argument list and on its own keyword dict: the replay
+#    fills only positional slots, and ATen never writes the lists it is given. Other recipes
+#    copy every list (tensor lists are filled in place).
 """
 
 from __future__ import annotations
@@ -92,6 +107,7 @@ READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths co
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 _no_autocast = torch._C._DisableAutocast  # NOTE [ Replay context ] 3
+_grad_enabled = torch.is_grad_enabled
 
 
 class Input(NamedTuple):
@@ -213,8 +229,18 @@ def _with_bits(t: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
     return t
 
 
-def clone_buffer(buf: torch.Tensor) -> torch.Tensor:
-    """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry and math bits."""
+def clone_buffer(buf: torch.Tensor, nbytes: int | None = None) -> torch.Tensor:
+    """A copy of ``buf``'s whole storage, seen with ``buf``'s geometry and math bits.
+    ``nbytes``: the storage's byte size if known (NOTE [ Replay copies ])."""
+    if (
+        nbytes is not None
+        and buf.nbytes == nbytes
+        and buf.is_contiguous()
+        and not buf.storage_offset()
+        and not buf.is_conj()
+        and not buf.is_neg()
+    ):  # buf covers its whole storage: the tensor's own clone copies exactly that
+        return buf.clone()
     return _on_storage(buf.untyped_storage().clone(), buf.device, geometry(buf))
 
 
@@ -256,20 +282,24 @@ def run_recipe(rec, want, stand_in=None) -> list[torch.Tensor]:
     ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed.
     ``stand_in``: None, or ``fn(t) -> tensor`` giving what to read for the plain input ``t``
     (a copy while ``t``'s memory is away: NOTE [ FSDP2 ] in fsdp.py)."""
-    args = [list(a) if type(a) is list else a for a in rec.args]
-    kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
+    info = rec.info
+    if info.flat is not None:  # NOTE [ Replay copies ] rule 2: only single positional tensors
+        args, kwargs = list(rec.args), rec.kwargs
+    else:
+        args = [list(a) if type(a) is list else a for a in rec.args]
+        kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
     copies: dict[int, torch.Tensor] = {}
     for pos, j, src, view, version, mode in rec.inputs:
         if mode == READ:
             buf = src.buf
             if version is not None and buf._version != version:
-                raise StaleInputError(rec.info.name, buf.shape, version, buf._version)
-            v = derive(buf, view)
+                raise StaleInputError(info.name, buf.shape, version, buf._version)
+            v = buf if view is None else derive(buf, view)
         elif mode == WRITE:
             c = copies.get(id(src))
             if c is None:
-                c = copies[id(src)] = clone_buffer(src.buf)
-            v = derive(c, view)
+                c = copies[id(src)] = clone_buffer(src.buf, src.nbytes)
+            v = c if view is None else derive(c, view)
         elif mode == BLANK:  # NOTE [ Overwriting ops ]: the op writes every element
             nbytes, device, geom = src
             st = torch.empty((nbytes,), dtype=torch.uint8, device=device).untyped_storage()
@@ -279,31 +309,36 @@ def run_recipe(rec, want, stand_in=None) -> list[torch.Tensor]:
             v = src.clone()
         else:  # PLAIN
             if src._version != version:
-                raise StaleInputError(rec.info.name, src.shape, version, src._version)
+                raise StaleInputError(info.name, src.shape, version, src._version)
             v = src if stand_in is None else stand_in(src)
         where = args if type(pos) is int else kwargs
         if j < 0:
             where[pos] = v
         else:
             where[pos][j] = v
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     if grad != rec.grad:  # NOTE [ Replay context ] rule 1
         torch._C._set_grad_enabled(rec.grad)
     try:
         # plain tensors: no graph, no view tracking, no second cast (NOTE [ Replay context ] 3)
         with _below_autograd(), _no_autocast():
-            out = _run(rec, args, kwargs)
+            out = info.func(*args, **kwargs) if rec.rng is None else _run(rec, args, kwargs)
     finally:
         if grad != rec.grad:
             torch._C._set_grad_enabled(grad)
-    single = len(rec.info.rets) == 1
+    outs = rec.outs
+    if len(info.rets) == 1 and len(want) == 1:  # one return: outputs' common case
+        r, j = outs[want[0]]
+        if r < 0:
+            return [copies[id(rec.inputs[j][2])]]
+        return [out if j < 0 else out[j]]
     res = []
     for i in want:
-        r, j = rec.outs[i]
+        r, j = outs[i]
         if r < 0:
             res.append(copies[id(rec.inputs[j][2])])
         else:
-            o = out if single else out[r]
+            o = out if len(info.rets) == 1 else out[r]
             res.append(o if j < 0 else o[j])
     return res
 
