@@ -90,3 +90,19 @@ def test_other_heuristics_keep_the_engine_victim():
     victim = core.engine.select(core.now, 1)
     assert core.evict_one()
     assert core.state[core.sid_of[victim[0]]] == EVICTED
+
+
+def test_the_rule_rests_once_backward_storages_were_forced_out():
+    """Rule 5: after the budget unpinned backward storages, the engine's victim stands until
+    the step's freeze."""
+    core, _, s = scene("dtr_eq", 200.0)
+    g = core.new(100, 1.0, (s["e"],), "grad", backward=True)  # pinned: NOTE [ Backward storages ]
+    assert not core.engine.is_candidate(core.eslot[g])
+    assert core._unpin_backward() and core.bw_forced  # what make_room does when nothing is left
+    victim = core.engine.choose(core.now)
+    assert victim == core.eslot[s["x"]]  # the engine alone (see the first test)
+    assert core.evict_one()
+    assert core.state[s["x"]] == EVICTED and core.state[s["b"]] == RESIDENT
+    core.freeze()  # the step ends: every held storage becomes external, the rule is back
+    assert not core.bw_forced
+    core.check_invariants()

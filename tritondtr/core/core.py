@@ -140,6 +140,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
         self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
+        self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
 
@@ -363,6 +364,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 self.materialize(sid)
                 self.unlock(sid)
             self.externalize(sid)
+        self.bw_forced = False  # NOTE [ Unheld storages ] rule 5: the step ended
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers

@@ -66,6 +66,14 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    at each choice). They are visited in order of their own score (cost / (size x
 #    staleness)): once one cannot beat the best so far, none of the rest can; a walk up the
 #    ancestors stops as soon as its sum cannot either.
+# 5. Not once the budget has forced backward storages out in this step (NOTE [ Backward
+#    storages ] rule 2), until the step ends (the freeze at the optimizer's first parameter
+#    write, NOTE [ Parameter writes ]): recomputations then re-run parts of the backward pass
+#    again and again, and what one leaves unheld the next one reads; evicting it by its
+#    ancestors only made more, if cheaper, recomputations (the zoo's TreeLSTM at scale 16
+#    and 50 %: 1,919 -> 2,696 on the twin; 5.8x -> 8.4x its not-binding step on the
+#    runtime). Measured: docs/simulator.md, the policy sweep, "After NOTE [ Unheld
+#    storages ]".
 """
 
 from __future__ import annotations
@@ -121,7 +129,7 @@ class Evictor:
             v = ids[0] if ids else None
         else:
             v = eng.choose(self.now)
-        if v is not None and self.unheld and eng.heuristic in _DESCENDANTS:
+        if v is not None and self.unheld and not self.bw_forced and eng.heuristic in _DESCENDANTS:
             return self._unheld_victim(v)
         return v
 
@@ -202,6 +210,7 @@ class Evictor:
             eng.unpin(eslot[sid])
             in_bw[sid] = 0
         self.stats.backward_unpins += bool(cheap)
+        self.bw_forced = self.bw_forced or bool(cheap)  # NOTE [ Unheld storages ] rule 5
         return bool(cheap)
 
     def over_budget(self) -> bool:
