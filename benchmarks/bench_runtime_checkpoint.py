@@ -11,7 +11,7 @@ compared (checkpoint runs in plain eager mode, as users run it).
 # NOTE [ Checkpoint comparison ]
 # 1. Budget search: start at the checkpoint's peak P; while tritondtr's measured peak exceeds
 #    it (by the outputs of the op in flight, NOTE [ Budget accounting ]), lower the budget by
-#    the excess; from the second try on, by at least P / 256, doubled at each try (the peak
+#    the excess, and by at least P / 512, doubled at each try (the peak
 #    moves in steps of evicted tensors: on hf-gpt2 it stayed 8 bytes over P at four budgets
 #    8 bytes apart), at most 8 times. The rows give both peaks and every try.
 # 2. Rows per model: ``step_time`` (ms) for ``eager``, ``checkpoint`` and ``tritondtr``;

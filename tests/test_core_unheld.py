@@ -86,17 +86,17 @@ def test_expensive_ancestors_keep_an_unheld_intermediate():
 
 
 def test_other_heuristics_keep_the_engine_victim():
-    core, _, _ = scene("msps", 200.0)
-    victim = core.engine.select(core.now, 1)
+    core, _, s = scene("lru", 200.0)  # lru's victim is a; the rule would take b
+    assert core.engine.select(core.now, 1) == [core.eslot[s["a"]]]
     assert core.evict_one()
-    assert core.state[core.sid_of[victim[0]]] == EVICTED
+    assert core.state[s["a"]] == EVICTED and core.state[s["b"]] == RESIDENT
 
 
 def test_the_rule_rests_once_backward_storages_were_forced_out():
     """Rule 5: after the budget unpinned backward storages, the engine's victim stands until
     the step's freeze."""
     core, _, s = scene("dtr_eq", 200.0)
-    g = core.new(100, 1.0, (s["e"],), "grad", backward=True)  # pinned: NOTE [ Backward storages ]
+    g = core.new(100, 1.0, (s["e"],), "grad", backward=True)  # pinned (Backward storages)
     assert not core.engine.is_candidate(core.eslot[g])
     assert core._unpin_backward() and core.bw_forced  # what make_room does when nothing is left
     victim = core.engine.choose(core.now)
@@ -105,4 +105,41 @@ def test_the_rule_rests_once_backward_storages_were_forced_out():
     assert core.state[s["x"]] == EVICTED and core.state[s["b"]] == RESIDENT
     core.freeze()  # the step ends: every held storage becomes external, the rule is back
     assert not core.bw_forced
+    core.check_invariants()
+
+
+@pytest.mark.parametrize("heuristic", ["dtr_eq", "dtr"])
+def test_an_unheld_engine_victim_is_scored_by_its_ancestors_too(heuristic):
+    """Rule 4: the engine's victim ``p`` is itself unheld; scored by its engine score alone it
+    would lose to ``q``, whose own-and-ancestors score lies between p's two scores."""
+    core = Core(10**6, heuristic, Counting(), backend="torch")
+    core.start(torch.device("cpu"))
+    core.sync()
+    s = {}
+    for name, cost, parents in (
+        ("a", 10000.0, ()),
+        ("x", 5.0, ()),
+        ("p", 1.0, ("a",)),
+        ("pc", 10.0, ("p",)),
+        ("q", 1.0, ("x",)),
+        ("qc", 1000.0, ("q",)),
+    ):
+        core.begin(name)
+        s[name] = core.new(100, cost, tuple(s[n] for n in parents), name)
+        core.end()
+    core.release(s["p"])
+    core.release(s["q"])
+    for name in ("pc", "qc", "x"):
+        core.drop(s[name])
+    for name in ("pc", "qc"):  # recomputes p, and x then q: both resident, unheld
+        core.materialize(s[name])
+        core.unlock(s[name])
+    for name in ("x", "pc", "qc"):
+        core.drop(s[name])
+    assert list(core.unheld) == [s["p"], s["q"]]
+    # engine: p (1 + 10) / (100 x 8) = 0.0138, q (1 + 1005 + ...) / ... = 1.68; the rule:
+    # p 1 / (100 x 8) = 0.0013 (a is resident), q (1 + 5) / (100 x 6) = 0.01 (x evicted)
+    assert core.engine.select(core.now, 1) == [core.eslot[s["p"]]]
+    assert core.evict_one()
+    assert core.state[s["p"]] == EVICTED and core.state[s["q"]] == RESIDENT
     core.check_invariants()

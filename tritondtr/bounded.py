@@ -31,9 +31,9 @@
 #    neighbourhood costs, so the list serves victims until its best is no longer below B(0):
 #    this replaces the batched list of NOTE [ Exact batched choice ] for these heuristics.
 # 6. Sizes: a list of 32 rather than the batched list's 8, and pools of up to 1024 slots: a
-#    pool costs ~13 us of fixed numpy calls whatever its size up to ~1k, a miss a pass over
-#    every slot; longer lists and larger pools turn most misses into hits at the same cost
-#    (the victims are exact either way).
+#    pool costs ~13 us of fixed numpy calls whatever its size up to ~1k slots (2-core AMD
+#    EPYC), a miss a pass over every slot; longer lists and larger pools turn most misses into
+#    hits at the same cost (the victims are exact either way).
 # Measured: see docs/benchmarks.md, Measurements behind the NOTEs, Bounded choice.
 """
 

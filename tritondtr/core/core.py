@@ -347,6 +347,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
+        self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rule 4
         self.free_ids.append(sid)
 
     def held_storages(self) -> list[int]:

@@ -63,7 +63,8 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    sweep, "After NOTE [ Unheld storages ]".
 # 4. The candidates are the storages recomputed while no wrapper held them (``Core.unheld``,
 #    fed by ``Rematerializer.recompute``; entries no longer resident and unheld are dropped
-#    at each choice). They are visited in order of their own score (cost / (size x
+#    at each choice the rule makes, and when forgotten), the engine's victim included when
+#    it is one of them. They are visited in order of their own score (cost / (size x
 #    staleness)): once one cannot beat the best so far, none of the rest can; a walk up the
 #    ancestors stops as soon as its sum cannot either, or after 32 evicted ancestors (the
 #    engine's score stands: such a recomputation is no longer cheap, and on a 200-layer
@@ -153,7 +154,7 @@ class Evictor:
                 continue
             keep[sid] = None
             slot = eslot[sid]
-            if slot == pick or not candidate(slot):
+            if not candidate(slot):
                 continue
             d = size[sid] * (now - last(slot))
             if d > 0:
