@@ -175,7 +175,8 @@ class Evictor:
 
     def _ancestors_cost(self, sid: int, limit: float) -> float | None:
         """The summed costs of the evicted storages ``sid``'s recomputation needs (each
-        once), or None as soon as the sum exceeds ``limit``."""
+        once), or None as soon as the sum exceeds ``limit`` or the walk passes ``_MAX_WALK``
+        of them (NOTE [ Unheld storages ] rule 4)."""
         state, inputs, cost = self.state, self.inputs, self.cost
         total, seen = 0.0, set()
         todo = [i for i in inputs[sid] if state[i] == EVICTED]
