@@ -77,7 +77,9 @@ class Engine:
         backend: ``auto`` / ``triton`` / ``torch`` (see :class:`tritondtr.Backend`).
         seed: seed of the ``random`` heuristic.
         capacity: initial number of slots (grows by doubling).
-        batch: victims kept per scoring for :meth:`choose` (NOTE [ Exact batched choice ]).
+        batch: victims kept per scoring for :meth:`choose` (NOTE [ Exact batched choice ]);
+            the heuristics of NOTE [ Bounded choice ] on CPU tables keep their own list of
+            ``bounded.LIST`` (32) instead.
         reuse: clock ticks a scoring may serve choices for, across mutations (NOTE [ Stale
             batched choice ]; 0, the default: exact, every choice is a fresh scoring's).
 
