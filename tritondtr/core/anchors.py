@@ -87,7 +87,7 @@ class Anchors:
         self.outside += nbytes
         self.op_bytes = 0
         self.grow(nbytes)
-        if self.budget is not None and self.resident > self.budget and not self.closed:
+        if self.over_budget():  # Evictor.over_budget (core/evict.py)
             self.sync()
             self.make_room(what)
 
