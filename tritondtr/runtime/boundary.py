@@ -48,7 +48,7 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
                 core.unlock(s.sid)
             buf = s.buf
             if escape:
-                cell.storage = Storage(buf, s.nbytes, -1, None, -1, session)
+                cell.storage = Storage(buf, s.nbytes, -1, None, -1, session.released)
                 core.hand_out(s.sid)
                 if observer is not None:
                     observer.released(s.sid)

@@ -137,24 +137,25 @@ class Storage:
     how to recompute it (``out`` indexes ``recipe.outs``); ``recipe`` is None for an
     *external* storage (memory shared with plain tensors the user holds: never evicted, not
     counted; recipes that read it record ``buf._version``), including one the core turned
-    external (NOTE [ Parameter writes ]). ``session``: where its death is queued.
+    external (NOTE [ Parameter writes ]). ``released``: the session's list its death is
+    queued in (the list, not the session: NOTE [ Session lifetime ] in session.py).
     """
 
-    __slots__ = ("__weakref__", "buf", "nbytes", "out", "recipe", "session", "sid")
+    __slots__ = ("__weakref__", "buf", "nbytes", "out", "recipe", "released", "sid")
 
-    def __init__(self, buf, nbytes: int, sid: int, recipe, out: int, session) -> None:
+    def __init__(self, buf, nbytes: int, sid: int, recipe, out: int, released: list) -> None:
         self.buf = buf
         self.nbytes = nbytes
         self.sid = sid
         self.recipe = recipe
         self.out = out
-        self.session = session
+        self.released = released
 
     @opaque  # runs wherever GC runs: NOTE [ Dynamo never traces the runtime ]
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rules 3 and 4
         if self.sid >= 0:
             try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
-                self.session.released.append(self.sid)
+                self.released.append(self.sid)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -49,6 +49,19 @@
 # 3. Sessions one after another are fine: a closed session's wrappers are served as NOTE
 #    [ Escaping tensors ] says, and gradients reach plain ``.grad`` as NOTE [ What is
 #    tracked ] rule 4 says.
+
+# NOTE [ Session lifetime ]
+# 1. A session lives as long as something holds it: the user's ``with ... as s``, or a wrapper
+#    that escaped (its cell holds the session, NOTE [ Escaping tensors ]). When the last goes,
+#    reference counting frees it at once, with its core's tables (device tensors on a GPU)
+#    and every buffer still queued for freeing; no garbage collection is needed.
+# 2. So nothing the session owns points back at it strongly: the core's executor and the FSDP
+#    watch hold a ``weakref.proxy`` (both die with the session), the dispatch mode exists only
+#    while the session is active, the stats read the budget from the config (not the core),
+#    and a storage queues its death in the session's ``released`` list, not through the
+#    session (NOTE [ Storage lifetime ] in recipe.py). Before this rule every session was a
+#    reference cycle: closed sessions and their queued buffers waited for a full collection
+#    of the process (~165 ms here, every few steps: docs/runtime.md, "GC pauses").
 """
 
 from __future__ import annotations
@@ -129,29 +142,29 @@ class Session:
     def __init__(self, config) -> None:
         self.config = config
         self.stats = SessionStats()
+        self.stats._config = config  # SessionStats.budget reads it
         self.core = Core(
             config.budget,
             config.heuristic,
-            self,
+            weakref.proxy(self),  # NOTE [ Session lifetime ]
             backend=config.backend,
             stress=config.stress,
             pin_backward=config.pin_backward,
             stats=self.stats,
         )
-        self.stats._core = self.core  # SessionStats.budget reads it
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
         self.released: list[int] = []  # rule 3: sids
         self.depth = 0  # > 0 while an op is in flight (then the queues are not drained)
         self.frozen_at = -1  # clock of the last ``freeze``
-        self._mode = _Mode(self)
+        self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
         self.active = False
         self.closed = False
         self.debug, self.stress = config.debug, config.stress
         self.cost_fn = resolve(config.cost)  # None: measured (NOTE [ Cost models ] in cost.py)
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
-        self.fsdp = FSDPWatch(self)  # NOTE [ FSDP2 ] (fsdp.py)
+        self.fsdp = FSDPWatch(weakref.proxy(self))  # NOTE [ FSDP2 ] (fsdp.py)
 
     # ------------------------------------------------------------------ context
     @opaque
@@ -168,6 +181,7 @@ class Session:
                     "around the whole step (forward, backward, optimizer step), or exit the "
                     "outer session before entering this one."
                 )
+        self._mode = _Mode(self)
         self._mode.__enter__()
         self.active = True
         self.fsdp.install()
@@ -176,7 +190,8 @@ class Session:
     @opaque
     def __exit__(self, *exc) -> bool:
         try:
-            self._mode.__exit__(*exc)
+            mode, self._mode = self._mode, None
+            mode.__exit__(*exc)
         finally:
             try:
                 self.fsdp.close(freeze=exc[0] is None)  # NOTE [ FSDP2 ] rule 6
@@ -416,7 +431,7 @@ class Session:
         core = self.core
         backward = core.pin_backward and _in_backward() >= 0
         sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward)
-        s = Storage(buf, nbytes, sid, recipe, out, self)
+        s = Storage(buf, nbytes, sid, recipe, out, self.released)
         refs = self.storages
         if sid < len(refs):
             refs[sid] = weakref.ref(s)

@@ -19,15 +19,17 @@ class SessionStats(CoreStats):
         recompute_s: seconds spent recomputing (wall clock, host side).
         ops: ops dispatched (the user's, not recomputations).
         op_counts: per op name (``"aten.mm.default"``), ops dispatched.
-        budget: the session's budget in bytes (None: unlimited); read from its core, where
-            the budget is stored.
+        budget: the session's budget in bytes (None: unlimited), as its config says (the
+            core keeps a copy; the stats do not point at the core: NOTE [ Session lifetime ]
+            in session.py).
     """
 
     recompute_s: float = 0.0
     ops: int = 0
     op_counts: Counter = field(default_factory=Counter)
 
+    _config = None  # the session's RuntimeConfig, set by it; not a field (no annotation)
+
     @property
     def budget(self) -> int | None:
-        core = getattr(self, "_core", None)
-        return None if core is None else core.budget
+        return None if self._config is None else self._config.budget
