@@ -163,7 +163,9 @@ def test_nesting_orders_exact(name, device, dtype, setting):
         opts = {"stress": True}
     else:
         peak = run_order(name, device, dtype, {"budget": None})[2].stats.peak_bytes
-        opts = {"budget": int(ORDERS[name][1] * peak)}
+        # Analytic costs: the same victims in every run. With measured ones, a loaded box
+        # once made "enable(fwd), autocast(bwd)" at 40 % leave a mul 7 % over the budget.
+        opts = {"budget": int(ORDERS[name][1] * peak), "cost": "analytic"}
     loss, grads, s = run_order(name, device, dtype, opts)
     assert torch.equal(loss, ref)
     for g, r in zip(grads, gref):

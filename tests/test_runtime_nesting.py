@@ -98,12 +98,15 @@ def test_backward_alone_in_a_session(setting):
 
 
 def test_gradient_assigned_to_grad_is_plain_after_exit():
-    """``p.grad = g`` with ``g`` from ``torch.autograd.grad``: no accumulation, no hook call;
-    the exit hands it out."""
+    """``p.grad = g`` with a tracked ``g`` (``torch.autograd.grad`` gives a plain one, NOTE
+    [ Leaf gradients ]; an op on it under grad mode tracks a copy): no accumulation, no hook
+    call; the exit hands it out."""
     w, x = problem()
     ref = eager_grad(w, x)
     with rt.enable(stress=True):
         (g,) = torch.autograd.grad(loss_of(w, x), [w])
+        assert not rt.is_tracked(g)
+        g = g * 1.0
         assert rt.is_tracked(g)
         w.grad = g
     assert type(w.grad) is torch.Tensor and torch.equal(w.grad, ref)

@@ -78,13 +78,14 @@ def _step(name, scale, budget=None, heuristic="dtr_eq", use_dtr=True):
 
 
 def test_locks_of_pending_recomputations_are_released_when_they_fill_the_budget():
-    """NOTE [ Iterative rematerialization ] rule 5: the MLP at width 512 and 30 % recomputes
+    """NOTE [ Iterative rematerialization ] rule 5: the MLP at width 512 and 20 % recomputes
     evicted gradients along the backward chain, each level holding the activation it
-    recomputed first, until six of them fill the budget. That raised a BudgetError; now the
-    locks are released and the step equals eager."""
+    recomputed first, until they fill the budget. That raised a BudgetError; now the locks
+    are released and the step equals eager. (30 % of the peak with parameter gradients
+    counted, before NOTE [ Leaf gradients ], is ~37 % of the peak without.)"""
     ref, ref_loss, _ = _step("mlp", 16, use_dtr=False)
     _, _, base = _step("mlp", 16)
-    budget = int(0.3 * base.peak_bytes)
+    budget = int(0.2 * base.peak_bytes)
     case, loss, stats = _step("mlp", 16, budget)
     assert stats.relaxations > 0 and stats.budget_errors == 0
     assert torch.equal(loss, ref_loss)

@@ -167,9 +167,9 @@ def _arch_step(name: str):
 @pytest.mark.parametrize("name", ["transformer", "gru", "unet", "lstm_module"])
 def test_twin_is_exact_beyond_the_zoo(name):
     # One op's working set alone (else a BudgetError): the UNet's convolution_backward 43 %
-    # of its peak, the LSTM's mkldnn_rnn_layer_backward 48 %. The GRU loop raises ThrashError
+    # of its peak, the LSTM's mkldnn_rnn_layer_backward 52 %. The GRU loop raises ThrashError
     # at 30 % (the policy's, issue 11) and takes ~40 s under stress (like the zoo's LSTM).
-    fracs = {"unet": (0.8, 0.65, 0.5), "lstm_module": (0.8, 0.65, 0.5), "gru": (0.7, 0.5, 0.4)}
+    fracs = {"unet": (0.8, 0.65, 0.5), "lstm_module": (0.8, 0.65, 0.55), "gru": (0.7, 0.5, 0.4)}
     _check(_arch_step(name), fracs=fracs.get(name, (0.7, 0.5, 0.3)), stress=name != "gru")
 
 

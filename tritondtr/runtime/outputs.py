@@ -69,12 +69,12 @@ def outputs(
                 else:
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
-            if _trackable(o, core):
+            if _trackable(o, core) and not session.leaf_grad(o):
                 rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                 res[r] = fresh(session, o, rec, r, -1, parents, cost)
         else:
             for j, e in enumerate(o):
-                if _trackable(e, core):
+                if _trackable(e, core) and not session.leaf_grad(e):
                     rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                     o[j] = fresh(session, e, rec, r, j, parents, cost)
     if wrote:  # NOTE [ In-place versions ] rule 1

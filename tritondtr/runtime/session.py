@@ -82,6 +82,7 @@ from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
+from .leafgrad import LeafGrads
 from .outputs import blank_writes, forget, fresh, outputs, view_of
 from .recipe import (
     BLANK,
@@ -159,6 +160,7 @@ class Session:
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
+        self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
         self.debug, self.stress = config.debug, config.stress
@@ -205,6 +207,7 @@ class Session:
         for _, handle in self._hooks.values():
             handle.remove()
         self._hooks.clear()
+        self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
         self.core.close()
         for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
             if p is not None:
@@ -334,6 +337,7 @@ class Session:
                         if core.device is not None
                         else out.device.type != "meta"
                     )
+                    and not self.leaf_grad(out)
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
@@ -439,6 +443,16 @@ class Session:
             refs.append(weakref.ref(s))
         return s
 
+    def leaf_grad(self, o: torch.Tensor) -> bool:
+        """Whether fresh output ``o`` of the op in flight stays plain (NOTE [ Leaf gradients ]
+        in leafgrad.py): a gradient only a plain leaf's ``.grad`` receives."""
+        return (
+            o.numel() in self.leafgrads.numels
+            and not _grad_enabled()
+            and _in_backward() >= 0
+            and self.leafgrads.is_leaf_grad(o)
+        )
+
     def storage(self, sid: int) -> Storage:
         s = self.storages[sid]()
         if s is None:
@@ -514,6 +528,7 @@ class Session:
         if h is not None and h[0]() is p:
             return
         self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+        self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
