@@ -88,7 +88,10 @@ def _leaf_edges(node) -> frozenset:
     for fn, nr in node.next_functions:
         if fn is None:
             continue
-        meta = fn._input_metadata[nr]
+        metas = getattr(fn, "_input_metadata", None)
+        if metas is None:  # a PyTorch without it: everything stays tracked
+            return frozenset()
+        meta = metas[nr]
         key = (math.prod(meta.shape), meta.dtype)
         (leaf if _reaches_leaf(fn) else other).add(key)
     return frozenset(leaf - other)
