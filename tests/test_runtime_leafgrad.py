@@ -125,3 +125,86 @@ def test_autograd_grad_returns_plain_leaf_gradients():
     with rt.enable(budget=None):
         (got,) = torch.autograd.grad((x @ w).relu().sum(), w)
     assert type(got) is torch.Tensor and torch.equal(ref, got)
+
+
+class _ScaleByRowSum(torch.autograd.Function):
+    """A backward with an intermediate of the weight gradient's size that a tracked op reads
+    and that is then written in place (NOTE [ Leaf gradients ] rule 6)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, _ = ctx.saved_tensors
+        gw = (g * x).sum(0)  # (16,): the weight gradient's size, left plain
+        gx = (g * gw).tanh()  # tracked: its recipe must not see the write below
+        gw.mul_(0.5)
+        return gx, gw
+
+
+@pytest.mark.parametrize("kw", [{"stress": True, "pin_backward": False}, {"stress": True}])
+def test_plain_intermediate_written_after_a_tracked_read(kw):
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(16, generator=g).requires_grad_()
+    x0 = torch.randn(8, 16, generator=g).requires_grad_()
+    fn = lambda: _ScaleByRowSum.apply((x0 * 1.5).sin() * x0.cos(), w).cos().sum()
+    ref = eager_grads(fn, [w, x0])
+    got, _ = tracked_grads(fn, [w, x0], **kw)
+    assert all(torch.equal(a, t) for a, t in zip(ref, got))
+
+
+def test_hook_value_of_a_weight_size_used_later_and_written():
+    def program(enable):
+        g = torch.Generator().manual_seed(7)
+        w = torch.randn(24, 24, generator=g).requires_grad_()
+        x = torch.randn(16, 24, generator=g)
+        with enable():
+            store = {}
+            wt = w * 1.0
+            wt.register_hook(lambda grad: store.__setitem__("m", grad * 0.1))
+            (x @ wt).tanh().square().mean().backward()
+            m = store["m"]
+            a = (x @ m).sin()
+            m.mul_(0.5)
+            ((a * x).sum() + (x @ w).cos().sum()).backward()
+        return w.grad
+
+    import contextlib
+
+    ref = program(contextlib.nullcontext)
+    got = program(lambda: rt.enable(stress=True))
+    assert torch.equal(ref, got)
+
+
+def test_the_analysis_holds_no_graph_after_backward():
+    """NOTE [ Leaf gradients ] rule 7: with ``retain_graph=True`` the graph of a finished
+    backward is the program's to drop; the runtime's node cache does not keep it."""
+    import weakref
+
+    g = torch.Generator().manual_seed(8)
+    lin1, lin2 = torch.nn.Linear(32, 48), torch.nn.Linear(48, 8)
+    x = torch.randn(32, 32, generator=g)
+    with rt.enable(budget=None) as s:
+        a = lin1(x).tanh()
+        ref = weakref.ref(a)
+        loss = lin2(a).square().mean()
+        loss.backward(retain_graph=True)
+        del loss, a
+        s.drain()
+        assert ref() is None
+        assert s.core.resident == 0
+
+
+def test_a_non_leaf_gradient_stays_tracked():
+    """``torch.autograd.grad`` of a non-leaf ``h`` near a leaf input: ``h``'s gradient goes
+    through ``SinBackward0``, not a view of the leaf, so it is tracked as before."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(16, 64, generator=g).requires_grad_()
+    w = torch.randn(64, 64, generator=g)
+    with rt.enable(budget=None):
+        h = (x * 2).sin()
+        (gh,) = torch.autograd.grad((h @ w).sum(), [h])
+        assert rt.is_tracked(gh)

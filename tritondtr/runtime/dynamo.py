@@ -14,8 +14,9 @@ runs eagerly.
 #    eval-frame callback on every call, compiled region or not: a cost on every op of every
 #    session (docs/benchmarks.md, Runtime, torch.compile).
 # 3. Instead, every way into tritondtr is marked ``@opaque``: from C++ (the handlers of the
-#    mode and of the wrapper tensor, the post-accumulate-grad hook, the ``__del__`` of cells
-#    and storages) and from user code (``enable``, ``trace``, entering and exiting a session
+#    mode and of the wrapper tensor, the post-accumulate-grad hook, the end-of-backward
+#    callback of NOTE [ Leaf gradients ], the ``__del__`` of cells and storages) and from
+#    user code (``enable``, ``trace``, entering and exiting a session
 #    or a recording, ``evict_all``, and ``boundary.value`` behind ``unwrap``, ``.tolist()``,
 #    ``.numpy()`` and printing). Its code object gets dynamo's per-code strategy "skip this
 #    frame and every frame it calls" (``FrameExecStrategy(SKIP, SKIP)``, in the code object's

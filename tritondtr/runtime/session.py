@@ -425,6 +425,9 @@ class Session:
             return v
         elif v.requires_grad and v.is_leaf:
             self._hook(v)
+        elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
+            inputs.append(_new_tuple(Input, (key, j, v.clone(), None, None, SNAPSHOT)))
+            return v
         inputs.append(_new_tuple(Input, (key, j, v, None, v._version, PLAIN)))
         return v
 
