@@ -12,8 +12,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 
 # NOTE [ Budget accounting ]
 # 1. Counted: the bytes of every tracked storage while it is resident. Not counted: external
-#    storages (parameters, inputs from outside, buffers handed to the user as plain tensors)
-#    and transient copies inside one op.
+#    storages (parameters, inputs from outside, buffers handed to the user as plain tensors),
+#    parameter gradients (the runtime never tracks them: NOTE [ Leaf gradients ] in
+#    runtime/leafgrad.py) and transient copies inside one op.
 # 2. Before an op runs (a user op or a recomputation), its tracked inputs are made resident
 #    and locked (:meth:`Core.use`), then victims are evicted until the resident bytes are <=
 #    budget (:meth:`Core.begin`). Its outputs are counted when they are tracked, so the peak
