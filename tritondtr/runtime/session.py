@@ -337,7 +337,7 @@ class Session:
                         if core.device is not None
                         else out.device.type != "meta"
                     )
-                    and not self.leaf_grad(out)
+                    and (_in_backward() < 0 or not self.leaf_grad(out))
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
@@ -450,9 +450,9 @@ class Session:
         """Whether fresh output ``o`` of the op in flight stays plain (NOTE [ Leaf gradients ]
         in leafgrad.py): a gradient only a plain leaf's ``.grad`` receives."""
         return (
-            o.numel() in self.leafgrads.numels
+            _in_backward() >= 0
             and not _grad_enabled()
-            and _in_backward() >= 0
+            and o.numel() in self.leafgrads.numels
             and self.leafgrads.is_leaf_grad(o)
         )
 
