@@ -143,3 +143,54 @@ def test_an_unheld_engine_victim_is_scored_by_its_ancestors_too(heuristic):
     assert core.evict_one()
     assert core.state[s["p"]] == EVICTED and core.state[s["q"]] == RESIDENT
     core.check_invariants()
+
+
+class Consuming(Counting):
+    """Counts recomputations and the storages they consumed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.consumed: list[int] = []
+
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        self.recomputed.append(sid)
+        if consume >= 0:
+            self.consumed.append(consume)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_version_chain_is_rebuilt_in_one_buffer(held):
+    """NOTE [ Consumed versions ] in tritondtr/core/remat.py: ``a`` (an op's output) written in
+    place twice (``b``, ``c``: new versions). ``c`` is evicted, then asked for: ``a`` and
+    ``b`` are recomputed on the way, and each replay consumes the version it writes (unheld,
+    read once, locked only by the recomputation), unless a wrapper still holds it."""
+    ex = Consuming()
+    core = Core(10**6, "dtr_eq", ex, backend="torch")
+    core.start(torch.device("cpu"))
+    core.sync()
+    core.begin("a")
+    a = core.new(100, 5.0, (), "a")
+    core.end()
+    core.begin("b")
+    core.hand_out(a)  # the in-place op's old version (NOTE [ In-place versions ])
+    b = core.new(100, 1.0, (a,), "b", writes=a)
+    core.end()
+    core.begin("c")
+    core.hand_out(b)
+    c = core.new(100, 1.0, (b,), "c", writes=b)
+    core.end()
+    if held:
+        core.held[b] = 1  # as if a wrapper of the program still read that version
+    core.drop(c)
+    assert core.resident == 0 and core.state[a] == core.state[b] == EVICTED
+    core.materialize(c)
+    core.unlock(c)
+    assert ex.recomputed == [a, b, c]
+    if held:
+        assert ex.consumed == [a]  # b stays: a wrapper holds it
+        assert core.state[b] == RESIDENT and core.resident == 200
+    else:
+        assert ex.consumed == [a, b]
+        assert core.state[a] == core.state[b] == EVICTED and core.resident == 100
+    assert core.stats.evictions == 0  # consuming is not an eviction decision
+    core.check_invariants()

@@ -70,8 +70,11 @@ class Executor(Protocol):
     """What a :class:`Core` asks of its driver: the runtime runs real ops, the simulator
     only counts."""
 
-    def recompute(self, sid: int) -> None:
-        """Compute the buffer of evicted ``sid`` again (its inputs are resident and locked)."""
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        """Compute the buffer of evicted ``sid`` again (its inputs are resident and locked).
+        ``consume`` >= 0: ``sid`` is an in-place version of storage ``consume``; write its
+        buffer itself instead of a copy, and drop it from ``consume`` (NOTE [ Consumed
+        versions ] in remat.py; the core has already counted it evicted)."""
 
     def free(self, sid: int) -> None:
         """Drop the buffer of resident ``sid`` (evicted or dropped; it stays recomputable)."""
@@ -136,6 +139,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.backward = bytearray()  # created during a backward pass
         self.in_bw = bytearray()  # listed in ``bw`` (NOTE [ Backward storages ] rule 2)
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
+        self.writes: list[int] = []  # the storage it is an in-place version of, or -1
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
@@ -162,10 +166,13 @@ class Core(Evictor, Rematerializer, Anchors):
         name: str,
         pinned: bool = False,
         backward: bool = False,
+        writes: int = -1,
     ) -> int:
         """A new resident storage of ``size`` bytes that op ``name`` computed in ``cost`` ns
         from the tracked storages ``inputs`` (its parents); returns its sid. ``backward``:
-        created during a backward pass (the caller tests it only when ``pin_backward``)."""
+        created during a backward pass (the caller tests it only when ``pin_backward``).
+        ``writes``: the storage (one of ``inputs``) of which this is a new version written in
+        place, or -1."""
         free = self.free_ids
         if free:
             sid = free.pop()
@@ -173,6 +180,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self.seen[sid], self.inputs[sid], self.name[sid] = self.now, inputs, name
             self.state[sid], self.held[sid] = RESIDENT, 1
             self.pinned[sid], self.backward[sid] = pinned, backward
+            self.writes[sid] = writes
         else:
             sid = len(self.size)
             self.size.append(size)
@@ -187,6 +195,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self.backward.append(backward)
             self.in_bw.append(0)
             self.eslot.append(-1)
+            self.writes.append(writes)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
         else:
@@ -300,8 +309,10 @@ class Core(Evictor, Rematerializer, Anchors):
         self.held[sid] = 0
         self.drop(sid)
 
-    def drop(self, sid: int) -> None:
-        """Free the buffer of resident ``sid``; it stays in the graph, evicted."""
+    def drop(self, sid: int, free: bool = True) -> None:
+        """Free the buffer of resident ``sid``; it stays in the graph, evicted. ``free``
+        False: the executor keeps the buffer for now (a consumed version, NOTE [ Consumed
+        versions ] in remat.py: the recomputation it feeds takes it)."""
         if not self.lazy:
             slot = self.eslot[sid]
             eng = self.engine
@@ -315,7 +326,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.state[sid] = EVICTED
         self.resident -= self.size[sid]
         self.stats.resident_bytes = self.resident
-        self.executor.free(sid)
+        if free:
+            self.executor.free(sid)
 
     def externalize(self, sid: int) -> None:
         """Turn resident, unlocked ``sid`` into an external storage for good: it keeps its

@@ -57,6 +57,21 @@ recomputation runs through the core's executor under the budget.
 #    engine calls per input (measured: docs/benchmarks.md, DTR core, twin and eviction path,
 #    Replay bookkeeping). Children finished for the frame stay locked either way (rule 2).
 
+# NOTE [ Consumed versions ]
+# 1. An in-place op makes a new version of the storage it writes (NOTE [ In-place versions ]
+#    in runtime/outputs.py); recomputing that version replays the op on a copy of the old
+#    version, which stays resident beside it. When the old version is only there for this
+#    recomputation, the copy is waste: memory the budget must find by evicting, and a copy.
+# 2. So a recomputation of version ``sid`` of storage ``p`` (``Core.writes``) *consumes* ``p``
+#    when ``p`` is resident, held by no wrapper (the program never reads it again: NOTE
+#    [ Unheld storages ] rule 1 in evict.py), not pinned or anchored, read once by the op,
+#    and locked by nobody but this frame: ``p`` is evicted first (its bytes leave the count
+#    before room is made), and the replay writes ``p``'s buffer itself, which becomes
+#    ``sid``'s. ``p`` keeps its recipe, like any evicted storage.
+# 3. A chain of in-place ops (an RNN cell's gates: ``add_``, ``sigmoid_``, ``mul_`` on chunks
+#    of one buffer) is then rebuilt in one buffer instead of one copy per link. Measured on
+#    the twin: docs/benchmarks.md, session 8.
+
 # NOTE [ A recomputation is not a use ]
 # 1. The heuristics' staleness (now - last access) stands for "how soon will the program read
 #    this again". A storage that no wrapper holds (``held`` is 0: its last wrapper died, only
@@ -140,7 +155,9 @@ class Rematerializer:
                                 self.lock(i)
                                 locks.append(i)
                     try:
-                        self.recompute(sid, sid == target or bool(self.held[sid]))
+                        self.recompute(
+                            sid, sid == target or bool(self.held[sid]), self._consumable(sid, locks)
+                        )
                     except BudgetError:
                         if relaxed >= 2 * len(pushed) or not self._relax(stack):
                             stats.budget_errors += 1
@@ -197,13 +214,45 @@ class Rematerializer:
                 frame.locks = []
         return True
 
-    def recompute(self, sid: int, use: bool) -> None:
+    def _consumable(self, sid: int, locks: list[int]) -> int:
+        """NOTE [ Consumed versions ] rule 2: the storage the recomputation of ``sid`` may
+        consume, or -1; unlocked and taken out of the frame's ``locks`` if it is."""
+        p = self.writes[sid]
+        if (
+            p < 0
+            or self.state[p] != RESIDENT
+            or self.held[p]
+            or self.pinned[p]
+            or p in self.anchored
+            or self.inputs[sid].count(p) != 1
+        ):
+            return -1
+        mine = locks.count(p)
+        if self.engine.lock_count(self.eslot[p]) != mine:
+            return -1
+        for _ in range(mine):
+            locks.remove(p)
+            self.unlock(p)
+        return p
+
+    def recompute(self, sid: int, use: bool, consume: int = -1) -> None:
         """Recompute evicted ``sid`` (inputs resident and locked). ``use``: the program will
-        read it (NOTE [ A recomputation is not a use ])."""
+        read it (NOTE [ A recomputation is not a use ]). ``consume``: the storage whose
+        buffer the replay takes (NOTE [ Consumed versions ]), or -1."""
         self.now += 1
-        self.make_room(self.name[sid])
-        self.op_bytes = 0
-        self.executor.recompute(sid)
+        if consume >= 0:
+            self.drop(consume, free=False)
+        try:
+            self.make_room(self.name[sid])
+            self.op_bytes = 0
+            if consume >= 0:
+                self.executor.recompute(sid, consume)
+            else:
+                self.executor.recompute(sid)
+        except BaseException:
+            if consume >= 0:  # evicted in the core: its buffer goes too
+                self.executor.free(consume)
+            raise
         self.state[sid] = RESIDENT
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)

@@ -89,7 +89,9 @@ def outputs(
             rec.outs.append((-1, k))
             buf, pinned = old.buf, core.pinned[old.sid]
             core.hand_out(old.sid)
-            cell.storage = session.track(buf, rec, len(rec.outs) - 1, parents, cost, pinned)
+            cell.storage = session.track(
+                buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid
+            )
     if rec is not None:  # the recipe keeps storages, not tensors
         for e in inputs:
             forget(pargs, pkw, e)

@@ -278,11 +278,13 @@ def capture_rng(device: torch.device | None, gen) -> tuple:
     return (g, g.get_state())
 
 
-def run_recipe(rec, want, stand_in=None) -> list[torch.Tensor]:
+def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
     """Run ``rec`` again on its (resident) inputs; returns the buffers of ``rec.outs[i]`` for
     ``i`` in ``want``. Raises :class:`StaleInputError` if an outside input changed.
     ``stand_in``: None, or ``fn(t) -> tensor`` giving what to read for the plain input ``t``
-    (a copy while ``t``'s memory is away: NOTE [ FSDP2 ] in fsdp.py)."""
+    (a copy while ``t``'s memory is away: NOTE [ FSDP2 ] in fsdp.py). ``consume``: None, or
+    the :class:`Storage` of a written input whose buffer the replay writes itself instead of
+    a copy (NOTE [ Consumed versions ] in core/remat.py)."""
     info = rec.info
     if info.flat is not None:  # NOTE [ Replay copies ] rule 2: only single positional tensors
         args, kwargs = list(rec.args), rec.kwargs
@@ -299,7 +301,9 @@ def run_recipe(rec, want, stand_in=None) -> list[torch.Tensor]:
         elif mode == WRITE:
             c = copies.get(id(src))
             if c is None:
-                c = copies[id(src)] = clone_buffer(src.buf, src.nbytes)
+                c = copies[id(src)] = (
+                    src.buf if src is consume else clone_buffer(src.buf, src.nbytes)
+                )
             v = c if view is None else derive(c, view)
         elif mode == BLANK:  # NOTE [ Overwriting ops ]: the op writes every element
             nbytes, device, geom = src

@@ -353,7 +353,7 @@ class Session:
                 rec.outs.append((-1, 0))
                 buf, pinned = old.buf, core.pinned[old.sid]
                 core.hand_out(old.sid)
-                cell.storage = self.track(buf, rec, 0, parents, cost, pinned)
+                cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
                 out = args[0]
                 for e in inputs:
                     forget(pargs, pkw, e)
@@ -432,12 +432,15 @@ class Session:
         return v
 
     # ----------------------------------------------------------------- storages
-    def track(self, buf: torch.Tensor, recipe, out: int, parents: tuple, cost: float, pinned):
-        """A new tracked storage for ``buf``, computed by ``recipe`` from ``parents`` (sids)."""
+    def track(
+        self, buf: torch.Tensor, recipe, out: int, parents: tuple, cost: float, pinned, writes=-1
+    ):
+        """A new tracked storage for ``buf``, computed by ``recipe`` from ``parents`` (sids);
+        ``writes``: the sid it is a new version of (an in-place write), or -1."""
         nbytes = buf.untyped_storage().nbytes()
         core = self.core
         backward = core.pin_backward and _in_backward() >= 0
-        sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward)
+        sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward, writes)
         s = Storage(buf, nbytes, sid, recipe, out, self.released)
         refs = self.storages
         if sid < len(refs):
@@ -479,12 +482,16 @@ class Session:
                 core.forget(sid)
 
     # ------------------------------------------------------ the core's executor
-    def recompute(self, sid: int) -> None:
-        """Run the recipe of evicted ``sid`` again (its inputs are resident and locked)."""
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        """Run the recipe of evicted ``sid`` again (its inputs are resident and locked), in
+        the buffer of ``consume`` if >= 0 (NOTE [ Consumed versions ] in core/remat.py)."""
         s = self.storage(sid)
         rec = s.recipe
+        src = self.storage(consume) if consume >= 0 else None
         t0 = time.perf_counter()
-        buf = run_recipe(rec, (s.out,), self.fsdp.stand_in)[0]
+        buf = run_recipe(rec, (s.out,), self.fsdp.stand_in, src)[0]
+        if src is not None:
+            src.buf = None
         self.stats.recompute_s += time.perf_counter() - t0
         if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
             raise AssertionError(

@@ -67,7 +67,7 @@ class _Counter:
         self.limit = limit
         self.remat_compute = 0.0
 
-    def recompute(self, sid: int) -> None:
+    def recompute(self, sid: int, consume: int = -1) -> None:
         self.remat_compute += self.core.cost[sid]
         if self.limit is not None and self.remat_compute > self.limit:
             raise _Overhead
@@ -237,12 +237,20 @@ class _Twin:
             if f & _UNTRACKED:
                 continue
             w = writes[t]
+            old = -1
             if w >= 0:
-                core.hand_out(sid_of[base[inputs[lo + w]]])
+                old = sid_of[base[inputs[lo + w]]]
+                core.hand_out(old)
             if core.device is None:
                 core.start(self.device)
             sid_of[t] = core.new(
-                self.size[t], cost, parents, name, bool(f & _PINNED), bw and bool(f & _BACKWARD)
+                self.size[t],
+                cost,
+                parents,
+                name,
+                bool(f & _PINNED),
+                bw and bool(f & _BACKWARD),
+                old,
             )
             base[t] = t
             refs[t] = 1
