@@ -7,8 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+import tritondtr
 from tritondtr.core import Core
+from tritondtr.core.evict import Evictor
 from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.sim import runtime_peak
+from tritondtr.sim.twin import replay_runtime
 
 
 class Counting:
@@ -193,4 +197,47 @@ def test_a_version_chain_is_rebuilt_in_one_buffer(held):
         assert ex.consumed == [a, b]
         assert core.state[a] == core.state[b] == EVICTED and core.resident == 100
     assert core.stats.evictions == 0  # consuming is not an eviction decision
+    core.check_invariants()
+
+
+def _gru_trace(steps: int = 24):
+    """One training step of an unrolled ``nn.GRUCell`` loop (batch 4, hidden 32), recorded
+    unlimited with the analytic cost (the same trace on every machine)."""
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(32, 32)
+    x = torch.randn(steps, 4, 32)
+    with tritondtr.trace(cost="analytic") as rec:
+        h = torch.zeros(4, 32)
+        for t in range(steps):
+            h = cell(x[t], h)
+        h.square().mean().backward()
+    return rec.trace
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.3, 0.2])
+def test_kept_ancestor_sums_agree_with_a_fresh_walk(monkeypatch, frac):
+    """Rule 6: every sum kept across choices is, at every later choice, what a fresh walk up
+    the evicted ancestors gives (exact sums equal, bounds below, capped storages over the
+    cap); and the kept sums serve choices (the walks are fewer than the sums read)."""
+    trace = _gru_trace()
+    counts = {"choices": 0, "walks": 0, "kept": 0}
+    choose, walk = Evictor._unheld_victim, Evictor._ancestors_cost
+
+    def checked_choose(self, v):
+        self.check_ancestor_sums()
+        counts["choices"] += 1
+        counts["kept"] += sum(1 for sid in self.unheld if sid in self.anc_sums)
+        out = choose(self, v)
+        self.check_ancestor_sums()
+        return out
+
+    def counted_walk(self, *args):
+        counts["walks"] += 1
+        return walk(self, *args)
+
+    monkeypatch.setattr(Evictor, "_unheld_victim", checked_choose)
+    monkeypatch.setattr(Evictor, "_ancestors_cost", counted_walk)
+    st, core = replay_runtime(trace, "dtr_eq", int(frac * runtime_peak(trace)))
+    assert st.status == "ok" and st.evictions > 0
+    assert counts["choices"] > 10 and counts["kept"] > counts["walks"] > 0, counts
     core.check_invariants()

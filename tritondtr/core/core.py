@@ -145,6 +145,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
         self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
+        self.anc_sums: dict[int, list] = {}  # sid -> [ancestors' cost, kind] (ibid. rule 6)
+        self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
+        self.anc_border: dict[int, list[int]] = {}  # resident sid -> exact sums it bounds
         self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
@@ -324,6 +327,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.pinned[sid] = 0
         self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
+        if self.anc_border:  # NOTE [ Unheld storages ] rule 6 in evict.py
+            self.forget_ancestors(sid, True)
         self.resident -= self.size[sid]
         self.stats.resident_bytes = self.resident
         if free:
@@ -360,7 +365,11 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
-        self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rule 4
+        self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
+        if self.anc_sums:
+            self.anc_sums.pop(sid, None)
+            self.anc_inside.pop(sid, None)
+            self.anc_border.pop(sid, None)
         self.free_ids.append(sid)
 
     def held_storages(self) -> list[int]:
@@ -403,6 +412,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 assert not self.engine.lock_count(slot), f"storage {sid} locked between ops"
         if self.engine is not None and not self.lazy:
             self.engine.check_invariants()
+        self.check_ancestor_sums()
         assert total + self.outside == self.resident, (
             f"resident bytes {self.resident} != storages {total} + outside {self.outside}"
         )

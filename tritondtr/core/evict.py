@@ -79,10 +79,24 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    and 50 %: 1,919 -> 2,696 on the twin; 5.8x -> 8.4x its not-binding step on the
 #    runtime). Measured: docs/simulator.md, the policy sweep, "After NOTE [ Unheld
 #    storages ]".
+# 6. A walk's result is kept (``anc_sums``): the exact sum, or, for a walk stopped at its
+#    limit, a lower bound (the costs of the ancestors it visited), or "capped" (more than 32
+#    evicted ancestors). A sum depends only on which storages are evicted: it stays exact
+#    while every ancestor it counted stays evicted and every resident input it stopped at
+#    stays resident; a bound stays a bound while every ancestor it counted stays evicted
+#    (more evictions only add). So the core reports each storage that is rematerialized
+#    (``anc_inside``: the sums counting it are dropped) or evicted (``anc_border``: the exact
+#    sums it bounded become bounds), and a choice walks only where no kept sum decides:
+#    a kept bound above the limit, or a capped storage, is out without a walk; an exact sum
+#    is used as it is. Victims are those of walking every time; the one difference is rule
+#    4's 512-ancestor budget per choice, which counts walked ancestors only (of the recorded
+#    steps, it binds on the GRU loop at 30 % and below). Measured: docs/benchmarks.md,
+#    Measurements behind the NOTEs, Kept ancestor sums.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -98,6 +112,7 @@ _INF = float("inf")
 _DESCENDANTS = (Heuristic.DTR, Heuristic.DTR_EQ)  # NOTE [ Unheld storages ] rule 2
 _MAX_WALK = 32  # ibid. rule 4: more evicted ancestors than this, and the engine's score stands
 _MAX_VISITS = 512  # ibid.: ancestors visited per choice, all walks together
+_BOUND, _EXACT, _CAPPED = 0, 1, 2  # ibid. rule 6: what a kept sum is
 
 
 class Evictor:
@@ -163,15 +178,22 @@ class Evictor:
             if d > 0:
                 todo.append((cost[sid] / d, slot, sid, d))
         todo.sort()  # rule 4: the lowest own scores first, so the best falls early
-        visits = _MAX_VISITS
+        visits, sums = _MAX_VISITS, self.anc_sums
         for low, slot, sid, d in todo:
             if low > best or visits <= 0:  # rule 4: no other can beat the best, or no time
                 break
             own = cost[sid]
-            anc, n = self._ancestors_cost(sid, best * d - own, min(_MAX_WALK, visits))
-            visits -= n
-            if anc is None:
+            limit = best * d - own
+            known = sums.get(sid)  # rule 6
+            if known is not None and (known[1] == _CAPPED or known[0] > limit):
                 continue
+            if known is not None and known[1] == _EXACT:
+                anc = known[0]
+            else:
+                anc, n = self._ancestors_cost(sid, limit, min(_MAX_WALK, visits))
+                visits -= n
+                if anc is None:
+                    continue
             score = (own + anc) / d
             if score < best or (score == best and slot < pick):
                 best, pick = score, slot
@@ -181,10 +203,17 @@ class Evictor:
     def _ancestors_cost(self, sid: int, limit: float, most: int) -> tuple[float | None, int]:
         """The summed costs of the evicted storages ``sid``'s recomputation needs (each once)
         and how many were visited; the sum is None once it exceeds ``limit`` or the walk
-        passes ``most`` storages (NOTE [ Unheld storages ] rule 4)."""
+        passes ``most`` storages (NOTE [ Unheld storages ] rule 4). What the walk learnt is
+        kept in ``anc_sums`` (rule 6)."""
         state, inputs, cost = self.state, self.inputs, self.cost
-        total, seen = 0.0, set()
-        todo = [i for i in inputs[sid] if state[i] == EVICTED]
+        total, seen, border, todo = 0.0, set(), [], []
+        for i in inputs[sid]:
+            s = state[i]
+            if s == EVICTED:
+                todo.append(i)
+            elif s == RESIDENT:
+                border.append(i)
+        found = None
         while todo:
             i = todo.pop()
             if i in seen:
@@ -192,9 +221,62 @@ class Evictor:
             seen.add(i)
             total += cost[i]
             if total > limit or len(seen) > most:
-                return None, len(seen)
-            todo.extend(j for j in inputs[i] if state[j] == EVICTED and j not in seen)
-        return total, len(seen)
+                kind = _CAPPED if len(seen) > _MAX_WALK else _BOUND
+                break
+            for j in inputs[i]:
+                s = state[j]
+                if s == EVICTED:
+                    if j not in seen:
+                        todo.append(j)
+                elif s == RESIDENT:
+                    border.append(j)
+        else:
+            found, kind = total, _EXACT
+        self.anc_sums[sid] = [total, kind]
+        inside = self.anc_inside
+        for i in seen:
+            inside.setdefault(i, []).append(sid)
+        if kind == _EXACT:
+            edge = self.anc_border
+            for i in border:
+                edge.setdefault(i, []).append(sid)
+        return found, len(seen)
+
+    def forget_ancestors(self, sid: int, evicted: bool) -> None:
+        """NOTE [ Unheld storages ] rule 6: ``sid`` left the evicted state (``evicted``
+        False: rematerialized or forgotten) or entered it (True); drop or weaken the sums
+        that depended on its state."""
+        sums = self.anc_sums
+        if evicted:
+            for u in self.anc_border.pop(sid, ()):
+                known = sums.get(u)
+                if known is not None and known[1] == _EXACT:
+                    known[1] = _BOUND
+        else:
+            for u in self.anc_inside.pop(sid, ()):
+                sums.pop(u, None)
+
+    def check_ancestor_sums(self) -> None:
+        """Raise AssertionError if a sum kept by NOTE [ Unheld storages ] rule 6 disagrees
+        with a fresh walk: an exact sum must be the sum, a bound at most the sum, a capped
+        storage must have more than ``_MAX_WALK`` evicted ancestors."""
+        state, inputs, cost = self.state, self.inputs, self.cost
+        for sid, (value, kind) in self.anc_sums.items():
+            seen, todo, total = set(), [i for i in inputs[sid] if state[i] == EVICTED], 0.0
+            while todo:
+                i = todo.pop()
+                if i not in seen:
+                    seen.add(i)
+                    total += cost[i]
+                    todo.extend(j for j in inputs[i] if state[j] == EVICTED)
+            if kind == _EXACT:
+                assert math.isclose(value, total, rel_tol=1e-12), (
+                    f"storage {sid}: kept ancestors' cost {value} != {total}"
+                )
+            elif kind == _BOUND:
+                assert value <= total * (1 + 1e-12), f"storage {sid}: bound {value} > {total}"
+            else:
+                assert len(seen) > _MAX_WALK, f"storage {sid}: capped with {len(seen)} ancestors"
 
     def _unpin_backward(self) -> bool:
         """NOTE [ Backward storages ] rules 2 and 3; False if nothing was unpinned."""

@@ -254,6 +254,8 @@ class Rematerializer:
                 self.executor.free(consume)
             raise
         self.state[sid] = RESIDENT
+        if self.anc_inside:  # NOTE [ Unheld storages ] rule 6 in evict.py
+            self.forget_ancestors(sid, False)
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)
         self.stats.rematerializations += 1
