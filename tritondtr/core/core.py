@@ -47,6 +47,22 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    numbers (ties between equal scores), dropped buffers enter as evicted all at once in
 #    creation order, and storages forgotten before the sync never enter.
 
+
+# NOTE [ Deferred locks ]
+# 1. An op's tracked inputs must stay resident until it ran (NOTE [ Budget accounting ] rule
+#    2). Only an eviction can take them, and evictions happen at a few places only: the
+#    room made before the op (``begin``, when over budget), the recomputation of another
+#    input (``use`` of an evicted input), an out-of-memory retry (``evict_one``), and
+#    ``stress``. Most ops reach none of them: locking and unlocking every input in the
+#    engine was two table writes and a bounded-choice mark per input, for nothing.
+# 2. So ``use`` of a resident input records it (``deferred``) and locks nothing; whatever
+#    may evict next locks the deferred inputs first (``lock_inputs``: ``begin`` over
+#    budget, ``use`` before recomputing, ``evict_one``). At every eviction decision the
+#    same storages are locked as when every input was locked at once: the victims are the
+#    same.
+# 3. The driver calls ``release_inputs`` where it unlocks the inputs ``use`` reported
+#    locked (after the op ran, and on any error): deferred inputs are dropped and the ones
+#    locked since are unlocked.
 """
 
 from __future__ import annotations
@@ -144,6 +160,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
+        self.deferred: list[int] = []  # inputs of the op in flight not yet locked (NOTE
+        self.input_locks: list[int] = []  # [ Deferred locks ]) and those locked since
         self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
         self.anc_sums: dict[int, list] = {}  # sid -> [ancestors' cost, kind] (ibid. rule 6)
         self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
@@ -258,27 +276,51 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sync()
 
     def use(self, sid: int) -> bool:
-        """``sid`` is a tracked input of the op about to run: make it resident, lock it while
-        anything can be evicted, record the access. True if it was locked (the caller unlocks
-        it once the op ran)."""
+        """``sid`` is a tracked input of the op about to run: make it resident, keep it
+        resident until the op ran, record the access. True if it was locked (the caller
+        unlocks it once the op ran); a resident input is locked only if something may evict
+        before then (NOTE [ Deferred locks ]), and :meth:`release_inputs` unlocks it."""
         if self.lazy:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
             self.seen[sid] = self.now
             return False
-        locked = True
+        locked = False
         if self.state[sid] != RESIDENT:
+            if self.deferred:
+                self.lock_inputs()
             self.materialize(sid)
+            locked = True
         elif self.evicting:
-            self.engine.lock(self.eslot[sid])
-        else:
-            locked = False
+            self.deferred.append(sid)
         self.engine.access(self.eslot[sid], self.now)
         return locked
+
+    def lock_inputs(self) -> None:
+        """NOTE [ Deferred locks ] rule 2: lock the inputs :meth:`use` deferred, now that
+        something may evict before the op runs."""
+        lock, eslot, locked = self.engine.lock, self.eslot, self.input_locks
+        for sid in self.deferred:
+            lock(eslot[sid])
+            locked.append(sid)
+        self.deferred.clear()
+
+    def release_inputs(self) -> None:
+        """The op in flight ran (or failed): unlock what :meth:`lock_inputs` locked and
+        forget what :meth:`use` deferred (NOTE [ Deferred locks ] rule 3)."""
+        self.deferred.clear()
+        locked = self.input_locks
+        if locked:
+            unlock, eslot = self.engine.unlock, self.eslot
+            for sid in locked:
+                unlock(eslot[sid])
+            locked.clear()
 
     def begin(self, name: str) -> None:
         """Op ``name`` runs next: advance the clock and make room (NOTE [ Budget accounting ]
         rule 2)."""
         self.now += 1
         if self.budget is not None and self.resident > self.budget:
+            if self.deferred:  # NOTE [ Deferred locks ] rule 2
+                self.lock_inputs()
             try:
                 self.make_room(name)
             except BudgetError:

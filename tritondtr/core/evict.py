@@ -124,6 +124,8 @@ class Evictor:
         """Evict the engine's next victim; False if nothing is evictable. ``first``: the
         first eviction of a :meth:`make_room` (NOTE [ One victim first ])."""
         self.sync()
+        if self.deferred:  # NOTE [ Deferred locks ] rule 2 in core.py
+            self.lock_inputs()
         prof = _profiling()
         t0 = time.perf_counter()
         if prof:

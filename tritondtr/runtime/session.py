@@ -327,6 +327,7 @@ class Session:
             for sid in locked:
                 core.unlock(sid)
             locked.clear()
+            core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
             parents = tuple(parents)
             if info.fresh1:  # one fresh output: outputs' common case
                 if (
@@ -373,6 +374,8 @@ class Session:
         finally:
             for sid in locked:
                 core.unlock(sid)
+            if core.deferred or core.input_locks:
+                core.release_inputs()
             self.depth -= 1
         st = self.stats
         st.ops += 1

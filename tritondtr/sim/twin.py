@@ -221,6 +221,7 @@ class _Twin:
         core.begin(name)
         for s in locked:
             core.unlock(s)
+        core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
         parents = tuple(parents)
         cost = self.cost[o]
         self.compute += cost
