@@ -145,9 +145,11 @@ class BoundedChoice:
         else:
             den = evs
         num = t.host_cost[idx] if self.local else t.host_cost[idx] + t.host_nbhd_cost[idx]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            score = np.where(den > 0, num / den, np.float32(_INF))
-        score[np.isnan(score)] = _INF
+        # divided only where den > 0 (a candidate of >= 1 byte and staleness >= 1, so den >=
+        # 1: no overflow, no NaN; NaN den, a non-candidate, compares False): no warning to
+        # silence, and every other score stays +inf
+        score = np.full(idx.size, _INF, np.float32)
+        np.divide(num, den, out=score, where=den > 0)
         i = int(np.argmin(score))  # the first minimum: the lowest slot among ties
         best = float(score[i])
         if not best < _INF:

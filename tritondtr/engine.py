@@ -233,16 +233,18 @@ class Engine:
                 self._epoch += 1
                 self._changed(slot)
 
-    def evict(self, slot: int) -> None:
-        """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated."""
+    def evict(self, slot: int, unpin: bool = False) -> None:
+        """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated.
+        ``unpin``: a pinned ``slot`` is unpinned first (it must still be unlocked)."""
         st = self._st
         if not (0 <= slot < len(st) and st[slot] == RESIDENT):
             self._resident(slot, "evict")
-        if self._locks[slot] or self._pinned[slot]:
+        if self._locks[slot] or (self._pinned[slot] and not unpin):
             raise ValueError(
                 f"evict: slot {slot} is locked ({self._locks[slot]} locks) or pinned "
                 f"({bool(self._pinned[slot])}); only candidates of choose/select can be evicted"
             )
+        self._pinned[slot] = 0
         self.table.set_state(slot, _EVICTED)
         self.nbhd.on_evict(slot)
         self.evictions += 1
@@ -265,8 +267,10 @@ class Engine:
 
     def release(self, slot: int) -> None:
         """Forget ``slot`` for good (its locks and pins too): the slot is freed, edges dropped."""
-        self._live(slot, "release")
-        if self._st[slot] == EVICTED:
+        st = self._st
+        if not (0 <= slot < len(st) and st[slot]):  # the checks inline: a hot path
+            self._live(slot, "release")
+        if st[slot] == EVICTED:
             self._epoch += 1  # others lose an evicted neighbour: their scores may drop
         self.nbhd.on_release(slot)
         self.table.free(slot)

@@ -57,8 +57,11 @@ _SCALE = 149  # NOTE [ Neighbourhood staging ] rule 5: float32 values are multip
 _UNIT = 2.0**-_SCALE
 
 
+_ldexp = math.ldexp
+
+
 def _fixed(cost: float) -> int:
-    return int(math.ldexp(cost, _SCALE))
+    return int(_ldexp(cost, _SCALE))
 
 
 def _unfixed(value: int) -> float:
@@ -191,14 +194,17 @@ class EqClasses:
     def evict(self, t: int) -> None:
         """Rule 1, keeping the frontier counters (``t`` is already marked evicted). The
         classes of t's evicted neighbours merge first, then t joins the merged class: the
-        same class and values as a fresh class {t} merged with each, with no union for {t}."""
-        st, find, ecn, front = self.state, self.find, self.ecn, self.front
+        same class and values as a fresh class {t} merged with each, with no union for {t}.
+        (``find`` and ``_enter`` are written out: a hot path.)"""
+        st, ecn, front, parent = self.state, self.ecn, self.front, self.parent
         roots, res = [], []
         for adj in (self.parents[t], self.children[t]):
             for m in adj:
                 s = st[m]
                 if s == EVICTED:
-                    root = find(ecn[m])
+                    root = ecn[m]
+                    if parent[root] != root:
+                        root = self.find(root)
                     f = front[root]  # t is no longer a resident neighbour
                     c = f[t] - 1
                     if c:
@@ -208,11 +214,11 @@ class EqClasses:
                     roots.append(root)
                 elif s == RESIDENT:
                     res.append(m)
-        self.base[t] = 0  # a slot that is not resident keeps base 0
-        v = _fixed(self.cost[t])
+        base, dirty = self.base, self.dirty
+        base[t] = 0  # a slot that is not resident keeps base 0
+        v = int(_ldexp(self.cost[t], _SCALE))  # _fixed, written out
         if not roots:
             own = front[self._new_node(t, v, -1)]
-            base, dirty = self.base, self.dirty
             for m in res:  # a fresh class of pend 0 enters m's value
                 c = own.get(m, 0)
                 own[m] = c + 1
@@ -222,14 +228,20 @@ class EqClasses:
             return
         root = roots[0]
         for other in roots[1:]:
-            root = self._union(root, other)
+            if other != root:
+                root = self._union(root, other)
         self._new_node(t, v, root)
-        self.val[root] += v  # rule 1 of NOTE [ Incremental class values ]
-        self.pend[root] += v
-        enter = self._enter
-        for m in res:
-            enter(root, m)
-        if self.pend[root]:
+        val = self.val[root] = self.val[root] + v  # rule 1 of NOTE [ Incremental class values ]
+        pend = self.pend[root] = self.pend[root] + v
+        if res:
+            f, gain = front[root], val - pend
+            for m in res:  # _enter(root, m)
+                c = f.get(m, 0)
+                f[m] = c + 1
+                if not c:
+                    base[m] += gain
+                    dirty.add(m)
+        if pend:
             self.dirty_classes.append(root)
 
     def leave(self, t: int) -> None:
@@ -238,7 +250,7 @@ class EqClasses:
         st, n, base, dirty = self.state, self.ecn[t], self.base, self.dirty
         root = self.find(n)
         self.ecn[t] = -1
-        ft = _fixed(self.cost[t])
+        ft = int(_ldexp(self.cost[t], _SCALE))  # _fixed, written out: a hot path
         v = self.val[root] = self.val[root] - ft
         p = self.pend[root] = self.pend[root] - ft
         gone = p - v  # NOTE [ Incremental class values ] rule 2, leaving

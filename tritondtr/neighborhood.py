@@ -180,12 +180,14 @@ class Neighborhood:
                 self._starts.discard(slot)
                 self.regions.mark_from([slot], self.children, self.dirty)
                 self.regions.mark_from([slot], self.parents, self.dirty)
-            for p in self.parents[slot]:
-                self.children[p].remove(slot)
-            for c in self.children[slot]:
-                self.parents[c].remove(slot)
-            self.parents[slot] = []
-            self.children[slot] = []
+            parents, children = self.parents, self.children
+            ps, cs = parents[slot], children[slot]
+            for p in ps:
+                children[p].remove(slot)
+            for c in cs:
+                parents[c].remove(slot)
+            ps.clear()
+            cs.clear()
             self.cost[slot] = 0.0
             self.dirty.discard(slot)
         self.state[slot] = FREE

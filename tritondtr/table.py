@@ -189,7 +189,11 @@ class MetadataTable:
             self._clock_lo = int(last_access)
         self.host_nbhd_cost[slot] = nbhd_cost
         self.host_state[slot] = state
-        self._derive(slot, state)
+        # NOTE [ Evictable size ], written out: a hot path
+        if state == _EVICTABLE:  # int64 -> float32, as torch and the kernels round it
+            self.host_evictable_size[slot] = self.host_size[slot]
+        else:
+            self.host_evictable_size[slot] = _NAN
         if not self._zero_copy:
             self._dirty.append(slot)
         return slot
@@ -247,7 +251,11 @@ class MetadataTable:
 
     def set_state(self, slot: int, state: SlotState) -> None:
         self.host_state[slot] = state
-        self._derive(slot, state)
+        # NOTE [ Evictable size ], written out: a hot path
+        if state == _EVICTABLE:
+            self.host_evictable_size[slot] = self.host_size[slot]
+        else:
+            self.host_evictable_size[slot] = _NAN
         if not self._zero_copy:
             self._dirty.append(slot)
 
@@ -293,14 +301,6 @@ class MetadataTable:
         self._free.extend(slots.tolist())
         if not self._zero_copy:
             self._dirty.extend(slots.tolist())
-
-    def _derive(self, slot: int, state: int) -> None:
-        """Rewrite ``evictable_size`` of one slot whose state is now ``state`` (NOTE
-        [ Evictable size ]). Compares plain ints: a numpy scalar == an IntEnum takes ~4 us."""
-        if state == _EVICTABLE:
-            self.host_evictable_size[slot] = self.host_size[slot]  # numpy's int64 -> float32
-        else:
-            self.host_evictable_size[slot] = _NAN
 
     def _derive_many(self, slots: np.ndarray) -> None:
         size = self.host_size[slots].astype(np.float32)

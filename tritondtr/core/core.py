@@ -359,13 +359,11 @@ class Core(Evictor, Rematerializer, Anchors):
         False: the executor keeps the buffer for now (a consumed version, NOTE [ Consumed
         versions ] in remat.py: the recomputation it feeds takes it)."""
         if not self.lazy:
-            slot = self.eslot[sid]
             eng = self.engine
-            if self.pinned[sid] or not eng.is_candidate(slot):
-                if eng.lock_count(slot):
-                    raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
-                eng.unpin(slot)
-            eng.evict(slot)
+            slot = self.eslot[sid]
+            if eng.lock_count(slot):
+                raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
+            eng.evict(slot, unpin=True)
         self.pinned[sid] = 0
         self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
