@@ -60,7 +60,7 @@ __all__ = ["Regions"]
 _BATCH_MIN = 4
 _MAX_BATCH_CAPACITY = 1 << 20
 _MAX_CACHE_BITS = 1 << 31  # 256 MiB of masks
-_MASK_COST = 2  # rule 6: search visits one dropped mask is worth (measured, docs/engine.md)
+_MASK_COST = 2  # rule 6: search visits one dropped mask is worth (docs/benchmarks.md)
 _MAX_BACKOFF = 1024  # rule 7: batches skipped at most after failed mask DFS runs
 
 
