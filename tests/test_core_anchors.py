@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from core_executor import Counting
 
 from tritondtr.core import BudgetError, Core
 from tritondtr.residency import EVICTED, RESIDENT
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.recomputed: list[int] = []
-        self.freed: list[int] = []
-
-    def recompute(self, sid: int) -> None:
-        self.recomputed.append(sid)
-
-    def free(self, sid: int) -> None:
-        self.freed.append(sid)
-
-    def keep(self, sid: int) -> None:
-        pass
 
 
 def chain(budget=None, stress=False, n=4, size=100):

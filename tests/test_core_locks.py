@@ -6,23 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from core_executor import Counting
 
 from tritondtr.core import BudgetError, Core
 from tritondtr.residency import EVICTED, RESIDENT
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.recomputed: list[int] = []
-
-    def recompute(self, sid: int) -> None:
-        self.recomputed.append(sid)
-
-    def free(self, sid: int) -> None:
-        pass
-
-    def keep(self, sid: int) -> None:
-        pass
 
 
 def _core(budget: int):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from core_executor import Counting
 
 import tritondtr
 from tritondtr.core import Core
@@ -13,20 +14,6 @@ from tritondtr.core.evict import Evictor
 from tritondtr.residency import EVICTED, RESIDENT
 from tritondtr.sim import runtime_peak
 from tritondtr.sim.twin import replay_runtime
-
-
-class Counting:
-    def __init__(self) -> None:
-        self.recomputed: list[int] = []
-
-    def recompute(self, sid: int) -> None:
-        self.recomputed.append(sid)
-
-    def free(self, sid: int) -> None:
-        pass
-
-    def keep(self, sid: int) -> None:
-        pass
 
 
 def scene(heuristic: str, root_cost: float, drop_root: bool = False):
@@ -149,26 +136,13 @@ def test_an_unheld_engine_victim_is_scored_by_its_ancestors_too(heuristic):
     core.check_invariants()
 
 
-class Consuming(Counting):
-    """Counts recomputations and the storages they consumed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.consumed: list[int] = []
-
-    def recompute(self, sid: int, consume: int = -1) -> None:
-        self.recomputed.append(sid)
-        if consume >= 0:
-            self.consumed.append(consume)
-
-
 @pytest.mark.parametrize("held", [False, True])
 def test_a_version_chain_is_rebuilt_in_one_buffer(held):
     """NOTE [ Consumed versions ] in tritondtr/core/remat.py: ``a`` (an op's output) written in
     place twice (``b``, ``c``: new versions). ``c`` is evicted, then asked for: ``a`` and
     ``b`` are recomputed on the way, and each replay consumes the version it writes (unheld,
     read once, locked only by the recomputation), unless a wrapper still holds it."""
-    ex = Consuming()
+    ex = Counting()
     core = Core(10**6, "dtr_eq", ex, backend="torch")
     core.start(torch.device("cpu"))
     core.sync()

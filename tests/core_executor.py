@@ -1,0 +1,28 @@
+"""A counting executor for tests that drive :class:`tritondtr.core.Core` directly: it runs
+nothing, and records what the core asked of it (the :class:`tritondtr.core.Executor`
+protocol)."""
+
+from __future__ import annotations
+
+
+class Counting:
+    """``recomputed``: sids recomputed, in order; ``consumed``: the storages those
+    recomputations took the buffer of (NOTE [ Consumed versions ]); ``freed``: sids whose
+    buffer was dropped; ``kept``: sids made external."""
+
+    def __init__(self) -> None:
+        self.recomputed: list[int] = []
+        self.consumed: list[int] = []
+        self.freed: list[int] = []
+        self.kept: list[int] = []
+
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        self.recomputed.append(sid)
+        if consume >= 0:
+            self.consumed.append(consume)
+
+    def free(self, sid: int) -> None:
+        self.freed.append(sid)
+
+    def keep(self, sid: int) -> None:
+        self.kept.append(sid)
