@@ -406,7 +406,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
         self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
-        if self.anc_sums:
+        if self.anc_sums or self.anc_inside or self.anc_border:  # links outlive their sums
             self.anc_sums.pop(sid, None)
             self.anc_inside.pop(sid, None)
             self.anc_border.pop(sid, None)
