@@ -12,6 +12,13 @@
 # 3. Speed: the twin's events per second on generated traces that evict (a 200-layer
 #    transformer and a 20,000-op chain at 50 % and 20 %), one replay each, wall time of the
 #    replay alone.
+# 4. The core's own cost when the budget binds, without tensors: per recorded trace, the
+#    twin's wall time at 50 % of the runtime's peak minus its wall time unlimited (the core
+#    stays lazy: NOTE [ Lazy engine ]), per op of the trace (``core_us_per_op``); and the
+#    core's selection time per eviction (``decision_us``, ``select_s`` of the run). Medians
+#    of ``--repeats`` replays each (interleaved). The runtime pays these on top of its
+#    dispatch; they are the part of bench_runtime_evict's ``bookkeeping`` and ``decision``
+#    rows that the core owns.
 
 examples:
   python benchmarks/bench_sim_twin.py            # ~1 min on 2 CPU cores
@@ -20,6 +27,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,7 +39,8 @@ sys.path.insert(0, str(HERE))
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 from recorded import gru_step, record, zoo, zoo_step  # noqa: E402
 
-from tritondtr.sim import baseline, generators, simulate  # noqa: E402
+from tritondtr.sim import baseline, generators, runtime_peak, simulate  # noqa: E402
+from tritondtr.sim.twin import replay_runtime  # noqa: E402
 
 RATIOS = (0.7, 0.5, 0.3)
 
@@ -84,11 +93,44 @@ def speed_rows(env: Env, device: str) -> list[Row]:
     return rows
 
 
+def core_rows(traces: dict, repeats: int, env: Env, device: str) -> list[Row]:
+    rows = []
+    for name, trace in traces.items():
+        budget = int(0.5 * runtime_peak(trace))
+        free, bound, decide, last = [], [], [], None
+        for _ in range(repeats):
+            free.append(replay_runtime(trace, "dtr_eq", None)[0].wall_s)
+            last, core = replay_runtime(trace, "dtr_eq", budget)
+            bound.append(last.wall_s)
+            decide.append(core.stats.select_s / max(last.evictions, 1))
+        params = f"trace={name};ratio=0.5;evictions={last.evictions};remats={last.remats}"
+        extra = statistics.median(bound) - statistics.median(free)
+        for what, value, unit in (
+            ("core_us_per_op", extra / trace.num_ops * 1e6, "us/op"),
+            ("decision_us", statistics.median(decide) * 1e6, "us/eviction"),
+        ):
+            rows.append(
+                Row.of(
+                    what,
+                    "twin",
+                    trace.num_ops,
+                    Stats.of([value]),
+                    unit,
+                    device=device,
+                    env=env,
+                    params=params,
+                    note=last.status,
+                )
+            )
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=int, default=4, help="zoo width multiplier (default: 4)")
     ap.add_argument("--out", default=str(HERE / "results"), help="output folder")
     ap.add_argument("--tag", default="cpu-2core-1thread", help="file name tag")
+    ap.add_argument("--repeats", type=int, default=5, help="replays per core row (default: 5)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env, device = Env.capture(), describe_device("cpu")
@@ -96,6 +138,7 @@ def main(argv=None) -> int:
     steps["gru40"] = gru_step()
     traces = {n: record(s).trace for n, s in steps.items()}
     rows = policy_rows(traces, env, device) + speed_rows(env, device)
+    rows += core_rows(traces, args.repeats, env, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / f"sim_twin_{args.tag}.csv")
