@@ -19,6 +19,12 @@
 #    of ``--repeats`` replays each (interleaved). The runtime pays these on top of its
 #    dispatch; they are the part of bench_runtime_evict's ``bookkeeping`` and ``decision``
 #    rows that the core owns.
+# 5. Per event, from separate replays with timers around three core methods (each adds
+#    ~0.2 us to what it times): ``evict_us``, an eviction's drop and bookkeeping without the
+#    choice (``Evictor.evict_one`` minus ``_choose``); ``remat_us``, a rematerialization's
+#    plan and bookkeeping without the evictions it made room with (``materialize`` minus
+#    the ``evict_one`` calls inside it, per rematerialization; the twin's executor only
+#    counts). Issue 9's target for both: <= 10 us.
 
 examples:
   python benchmarks/bench_sim_twin.py            # ~1 min on 2 CPU cores
@@ -27,8 +33,10 @@ examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +47,8 @@ sys.path.insert(0, str(HERE))
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 from recorded import gru_step, record, zoo, zoo_step  # noqa: E402
 
+from tritondtr.core.evict import Evictor  # noqa: E402
+from tritondtr.core.remat import Rematerializer  # noqa: E402
 from tritondtr.sim import baseline, generators, runtime_peak, simulate  # noqa: E402
 from tritondtr.sim.twin import replay_runtime  # noqa: E402
 
@@ -125,6 +135,85 @@ def core_rows(traces: dict, repeats: int, env: Env, device: str) -> list[Row]:
     return rows
 
 
+@contextlib.contextmanager
+def _timed_core(acc: dict):
+    """Timers around ``evict_one``, ``_choose`` and ``materialize`` of every core (rule 5);
+    the classes are restored on exit."""
+    evict_one, choose, materialize = (
+        Evictor.evict_one,
+        Evictor._choose,
+        Rematerializer.materialize,
+    )
+    inside = [0]
+
+    def timed_evict_one(self, first=False):
+        t = time.perf_counter()
+        try:
+            return evict_one(self, first)
+        finally:
+            d = time.perf_counter() - t
+            acc["evict"] += d
+            if inside[0]:
+                acc["evict_in_remat"] += d
+
+    def timed_choose(self, first):
+        t = time.perf_counter()
+        try:
+            return choose(self, first)
+        finally:
+            acc["choose"] += time.perf_counter() - t
+
+    def timed_materialize(self, target):
+        inside[0] += 1
+        t = time.perf_counter()
+        try:
+            return materialize(self, target)
+        finally:
+            inside[0] -= 1
+            if not inside[0]:
+                acc["remat"] += time.perf_counter() - t
+
+    Evictor.evict_one, Evictor._choose = timed_evict_one, timed_choose
+    Rematerializer.materialize = timed_materialize
+    try:
+        yield
+    finally:
+        Evictor.evict_one, Evictor._choose = evict_one, choose
+        Rematerializer.materialize = materialize
+
+
+def event_rows(traces: dict, repeats: int, env: Env, device: str) -> list[Row]:
+    rows = []
+    for name, trace in traces.items():
+        budget = int(0.5 * runtime_peak(trace))
+        evict, remat, last = [], [], None
+        for _ in range(repeats):
+            acc = dict.fromkeys(("evict", "evict_in_remat", "choose", "remat"), 0.0)
+            with _timed_core(acc):
+                last, _ = replay_runtime(trace, "dtr_eq", budget)
+            evict.append((acc["evict"] - acc["choose"]) / max(last.evictions, 1))
+            remat.append((acc["remat"] - acc["evict_in_remat"]) / max(last.remats, 1))
+        params = f"trace={name};ratio=0.5;evictions={last.evictions};remats={last.remats}"
+        for what, samples, unit in (
+            ("evict_us", evict, "us/eviction"),
+            ("remat_us", remat, "us/remat"),
+        ):
+            rows.append(
+                Row.of(
+                    what,
+                    "twin",
+                    trace.num_ops,
+                    Stats.of([v * 1e6 for v in samples]),
+                    unit,
+                    device=device,
+                    env=env,
+                    params=params,
+                    note=last.status,
+                )
+            )
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scale", type=int, default=4, help="zoo width multiplier (default: 4)")
@@ -139,6 +228,7 @@ def main(argv=None) -> int:
     traces = {n: record(s).trace for n, s in steps.items()}
     rows = policy_rows(traces, env, device) + speed_rows(env, device)
     rows += core_rows(traces, args.repeats, env, device)
+    rows += event_rows(traces, args.repeats, env, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / f"sim_twin_{args.tag}.csv")
