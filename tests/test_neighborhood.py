@@ -469,3 +469,59 @@ def test_failed_mask_dfs_backs_off(heuristic, monkeypatch):
     assert reg.backoff == 0
     value = reg.value_ancestors if heuristic == "msps" else reg.value_exact
     assert got == [value(leaf) for leaf in leaves]
+
+
+def test_eqclass_flush_after_a_union_whose_pending_change_cancels():
+    """NOTE [ Incremental class values ] rule 4: a union moves part of a shared frontier
+    member's value into the class's pending change (rule 3), so a pending change that later
+    returns to 0 still changed that member's value: the flush must rewrite it. ``r`` borders
+    ``a`` and ``b``; evicting ``t`` (their child) merges them, recomputing ``b`` and ``t``
+    brings the pending change back to 0, and ``r``'s value went from 30 to 10."""
+    eng = Engine("dtr_eq", device="cpu", backend="torch")
+    r = eng.new(1.0, 100, 0)
+    a = eng.new(10.0, 100, 1, [r])
+    b = eng.new(20.0, 100, 2, [r])
+    t = eng.new(40.0, 100, 3, [a, b])
+    eng.evict(a)
+    eng.flush()
+    eng.evict(b)
+    eng.flush()
+    assert eng.table.host_nbhd_cost[r] == 30.0
+    eng.evict(t)
+    eng.remat(b, 5)
+    eng.remat(t, 6)
+    eng.flush()  # what Engine.choose reads
+    assert eng.table.host_nbhd_cost[r] == eng.nbhd.classes.rule2(r) == 10.0
+    eng.check_invariants()
+
+
+@pytest.mark.parametrize("seed", [6, 9, 15, 31])
+def test_eqclass_flushed_values_are_rule2_without_staging_in_between(seed):
+    """Flushes only (as choices do), never ``check_invariants`` (which stages) in between:
+    after each flush every resident slot's column value is rule 2's. Costs from {1, 2, 4}
+    so that pending changes cancel (these seeds did before the fix)."""
+    rng = random.Random(seed)
+    eng = Engine("dtr_eq", device="cpu", backend="torch")
+    slots: list[int] = []
+    for now in range(1, 600):
+        op = rng.random()
+        res = [s for s in slots if eng.is_resident(s)]
+        ev = [s for s in slots if eng.is_evicted(s)]
+        if op < 0.3 or not slots:
+            parents = rng.sample(slots[-6:], min(2, len(slots)))
+            slots.append(eng.new(float(rng.choice([1, 2, 4])), 8, now, parents))
+        elif op < 0.6 and res:
+            eng.evict(rng.choice(res))
+        elif op < 0.87 and ev:
+            eng.remat(rng.choice(ev), now)
+        elif op < 0.9:
+            t = rng.choice(slots)
+            slots.remove(t)
+            eng.release(t)
+        else:
+            eng.flush()
+            host, rule2 = eng.table.host_nbhd_cost, eng.nbhd.classes.rule2
+            for s in slots:
+                if eng.is_resident(s):
+                    assert host[s] == np.float32(rule2(s)), f"slot {s} at event {now}"
+    eng.check_invariants()

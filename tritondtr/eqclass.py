@@ -38,6 +38,10 @@ class values ]); the neighbourhood's facade reports the events and writes the st
 # 4. ``stage`` adds pend[c] to base[r] of every r in the frontier of each recorded class, marks
 #    them dirty and zeroes pend[c]: base[r] is then the value. Nothing else is recomputed: a
 #    rematerialized slot starts from base 0 and enters the frontiers of its neighbours' classes.
+#    A recorded class whose pend[c] came back to 0 marks its frontier too: a union since the
+#    last stage moved part of a shared member's value from base[r] into pend[c] (rule 3), so
+#    pend[c] back at 0 is a change of that member's value (tests/test_neighborhood.py, the
+#    union whose pending change cancels).
 # 5. Every step is integer arithmetic, so the values are those of rule 2 bit for bit, in any
 #    order of events (``check_invariants`` compares every resident slot with rule 2).
 """
@@ -312,14 +316,16 @@ class EqClasses:
         (NOTE [ Incremental class values ] rule 4)."""
         find, front, pend, base, dirty = self.find, self.front, self.pend, self.base, self.dirty
         for root in {find(c) for c in self.dirty_classes}:
+            f = front[root]
+            if not f:  # None for a dead class
+                pend[root] = 0
+                continue
             p = pend[root]
             if p:
                 pend[root] = 0
-                f = front[root]
-                if f:  # None for a dead class
-                    for r in f:
-                        base[r] += p
-                    dirty.update(f)
+                for r in f:
+                    base[r] += p
+            dirty.update(f)  # even at p == 0: a union in between moved values (rule 4)
         self.dirty_classes.clear()
 
     # ---------------------------------------------------------------- values
