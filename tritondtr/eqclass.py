@@ -383,7 +383,7 @@ class EqClasses:
             assert self.val[root] == want, f"class {root}: value is not the live cost sum"
             front: dict[int, int] = {}
             for s in slots:
-                for m in self.parents[s] + self.children[s]:
+                for m in (*self.parents[s], *self.children[s]):
                     if st[m] == RESIDENT:
                         front[m] = front.get(m, 0) + 1
             assert self.front[root] == front, f"class {root}: frontier counters"

@@ -64,6 +64,7 @@ __all__ = ["EVICTED", "FREE", "RESIDENT", "Neighborhood"]
 _BATCH_MIN = regions._BATCH_MIN
 _MAX_CACHE_BITS = regions._MAX_CACHE_BITS
 _FEW = 16  # at most this many slots: one by one (3 slots: 1.3 us, not 3.6; 2-core EPYC)
+_NO_EDGES: tuple = ()  # the edges of a slot that never had one (no list per unused slot)
 
 
 class Neighborhood:
@@ -72,7 +73,8 @@ class Neighborhood:
     The graph and the residency of every slot live here, on the host, as plain Python lists:
     ``state`` (bytearray, FREE 0 / RESIDENT 1 / EVICTED 2), ``cost`` (``array('f')``: the
     float32 costs, as in the table), ``parents`` / ``children`` (list of slot lists, without
-    duplicates or self edges; empty in mode ``none``, which keeps no graph). The caller
+    duplicates or self edges; ``()`` for a slot that never had an edge; empty in mode ``none``,
+    which keeps no graph). The caller
     (:class:`tritondtr.engine.Engine`) reports every event with the ``on_*`` methods and calls
     :meth:`flush` before reading the column; see NOTE [ Neighbourhood staging ].
     """
@@ -85,8 +87,8 @@ class Neighborhood:
         self._eq = self.mode is NbhdMode.EQCLASS
         self.state = bytearray()
         self.cost = array("f")
-        self.parents: list[list[int]] = []
-        self.children: list[list[int]] = []
+        self.parents: list[list[int] | tuple] = []  # () until a slot has an edge
+        self.children: list[list[int] | tuple] = []
         self.dirty: set[int] = set()  # resident slots to recompute at the next flush
         self._starts: set[int] = set()  # exact/ancestors: where searches start at flush
         self.recomputed = 0  # counter: nbhd values computed by flush
@@ -109,8 +111,8 @@ class Neighborhood:
         self.state.extend(bytes(n))
         if self.tracking:
             self.cost.extend(array("f", bytes(4 * n)))
-            self.parents.extend([] for _ in range(n))
-            self.children.extend([] for _ in range(n))
+            self.parents.extend([_NO_EDGES] * n)  # a list only once a slot has an edge:
+            self.children.extend([_NO_EDGES] * n)  # most of a doubling stays unused
             self.classes.grow(n)
 
     # ------------------------------------------------------------------- events
@@ -134,8 +136,13 @@ class Neighborhood:
             p = int(p)
             if p == slot or p in ps:
                 continue
+            if ps is _NO_EDGES:
+                ps = self.parents[slot] = []
             ps.append(p)
-            ch[p].append(slot)
+            c = ch[p]
+            if c is _NO_EDGES:
+                c = ch[p] = []
+            c.append(slot)
             if self._eq:
                 self.classes.on_edge(slot, p)
             elif st[p] == EVICTED or st[slot] == EVICTED:
@@ -182,12 +189,14 @@ class Neighborhood:
                 self.regions.mark_from([slot], self.parents, self.dirty)
             parents, children = self.parents, self.children
             ps, cs = parents[slot], children[slot]
-            for p in ps:
-                children[p].remove(slot)
-            for c in cs:
-                parents[c].remove(slot)
-            ps.clear()
-            cs.clear()
+            if ps:  # kept, emptied, for the slot's next storage
+                for p in ps:
+                    children[p].remove(slot)
+                ps.clear()
+            if cs:
+                for c in cs:
+                    parents[c].remove(slot)
+                cs.clear()
             self.cost[slot] = 0.0
             self.dirty.discard(slot)
         self.state[slot] = FREE
