@@ -86,7 +86,7 @@ def outputs(
                 continue
             seen.add(id(old))
             k = next(n for n, e in enumerate(inputs) if e.source is old)
-            rec.outs.append((-1, k))
+            rec.outs += ((-1, k),)
             buf, pinned = old.buf, core.pinned[old.sid]
             core.hand_out(old.sid)
             cell.storage = session.track(
@@ -95,6 +95,7 @@ def outputs(
     if rec is not None:  # the recipe keeps storages, not tensors
         for e in inputs:
             forget(pargs, pkw, e)
+        rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
     if not rets:
         return out
     return res[0] if single else tuple(res)
@@ -104,8 +105,7 @@ def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     core, info, never = session.core, rec.info, session.config.never_evict
     if core.device is None:
         core.start(o.device)
-    outs = rec.outs
-    outs.append((r, j))
+    outs = rec.outs = (*rec.outs, (r, j))
     pinned = (
         info.never_evict
         or (info.nondet_bitwise and o.is_cuda)

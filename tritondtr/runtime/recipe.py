@@ -21,6 +21,13 @@ recipes keep referring to the old version they read.
 #    [ Parameter writes ] runs inside the optimizer's first parameter write, drops recipes,
 #    and its recomputations can choose such a storage as a victim. Freeing it is a no-op
 #    (its buffer died with it); it is never recomputed (no wrapper and no recipe needs it).
+# 6. A recipe lives as long as its storages, usually past a few of Python's young
+#    collections, so what it holds is kept lean for the cyclic collector: its call's
+#    positional arguments and its ``outs`` are tuples (a tuple of ints and Nones is
+#    untracked by the collector's first pass; a list never is). On the GRU loop the two lists
+#    per recipe were ~15 % of the objects a step left to the collector, whose full
+#    collections cost ~120 ms each on the 2-core box (measured: docs/benchmarks.md, session
+#    9, Garbage collection).
 
 # NOTE [ RNG replay ]
 # 1. A random op (NOTE [ Op semantics ] rule 4) captures the state of the generator it will
@@ -197,7 +204,7 @@ class Recipe:
         self.inputs = inputs
         self.rng = rng
         self.grad = torch.is_grad_enabled()
-        self.outs: list[tuple[int, int]] = []
+        self.outs: tuple[tuple[int, int], ...] = ()  # tuples: NOTE [ Storage lifetime ] rule 6
 
 
 def geometry(t: torch.Tensor) -> tuple:

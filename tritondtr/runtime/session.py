@@ -347,17 +347,19 @@ class Session:
                             pargs[e.key] = None
                         else:
                             forget(pargs, pkw, e)
+                    rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
             elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
                 cell = wrote[0]
                 old = cell.storage  # NOTE [ In-place versions ] rule 1
                 rec = Recipe(info, pargs, pkw, inputs, rng)
-                rec.outs.append((-1, 0))
+                rec.outs = ((-1, 0),)
                 buf, pinned = old.buf, core.pinned[old.sid]
                 core.hand_out(old.sid)
                 cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
                 out = args[0]
                 for e in inputs:
                     forget(pargs, pkw, e)
+                rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
             elif info.view1 is not None:  # one view: outputs' other common case
                 src = args[info.view1]
                 if type(src) in WRAPPER_TYPES and src._cell.session is self:
