@@ -113,26 +113,38 @@ def core_rows(traces: dict, repeats: int, env: Env, device: str) -> list[Row]:
             last, core = replay_runtime(trace, "dtr_eq", budget)
             bound.append(last.wall_s)
             decide.append(core.stats.select_s / max(last.evictions, 1))
-        params = f"trace={name};ratio=0.5;evictions={last.evictions};remats={last.remats}"
         extra = statistics.median(bound) - statistics.median(free)
-        for what, value, unit in (
-            ("core_us_per_op", extra / trace.num_ops * 1e6, "us/op"),
-            ("decision_us", statistics.median(decide) * 1e6, "us/eviction"),
-        ):
-            rows.append(
-                Row.of(
-                    what,
-                    "twin",
-                    trace.num_ops,
-                    Stats.of([value]),
-                    unit,
-                    device=device,
-                    env=env,
-                    params=params,
-                    note=last.status,
-                )
-            )
+        rows += _twin_rows(
+            trace,
+            name,
+            last,
+            (
+                ("core_us_per_op", [extra / trace.num_ops * 1e6], "us/op"),
+                ("decision_us", [statistics.median(decide) * 1e6], "us/eviction"),
+            ),
+            env,
+            device,
+        )
     return rows
+
+
+def _twin_rows(trace, name: str, last, measures, env: Env, device: str) -> list[Row]:
+    """Rows ``(what, samples, unit)`` of one trace's twin run at 50 % (rules 4 and 5)."""
+    params = f"trace={name};ratio=0.5;evictions={last.evictions};remats={last.remats}"
+    return [
+        Row.of(
+            what,
+            "twin",
+            trace.num_ops,
+            Stats.of(samples),
+            unit,
+            device=device,
+            env=env,
+            params=params,
+            note=last.status,
+        )
+        for what, samples, unit in measures
+    ]
 
 
 @contextlib.contextmanager
@@ -193,24 +205,9 @@ def event_rows(traces: dict, repeats: int, env: Env, device: str) -> list[Row]:
                 last, _ = replay_runtime(trace, "dtr_eq", budget)
             evict.append((acc["evict"] - acc["choose"]) / max(last.evictions, 1))
             remat.append((acc["remat"] - acc["evict_in_remat"]) / max(last.remats, 1))
-        params = f"trace={name};ratio=0.5;evictions={last.evictions};remats={last.remats}"
-        for what, samples, unit in (
-            ("evict_us", evict, "us/eviction"),
-            ("remat_us", remat, "us/remat"),
-        ):
-            rows.append(
-                Row.of(
-                    what,
-                    "twin",
-                    trace.num_ops,
-                    Stats.of([v * 1e6 for v in samples]),
-                    unit,
-                    device=device,
-                    env=env,
-                    params=params,
-                    note=last.status,
-                )
-            )
+        us = [v * 1e6 for v in evict], [v * 1e6 for v in remat]
+        measures = (("evict_us", us[0], "us/eviction"), ("remat_us", us[1], "us/remat"))
+        rows += _twin_rows(trace, name, last, measures, env, device)
     return rows
 
 
