@@ -167,14 +167,16 @@ class Evictor:
         den = size[u] * (now - last(v))
         best = (cost[u] + t.host_nbhd_cost.item(v)) / den if den > 0 else _INF
         pick = v
-        state, held, eslot, candidate = self.state, self.held, self.eslot, eng.is_candidate
+        state, held, eslot = self.state, self.held, self.eslot
+        evictable = t.host_evictable_size.item  # NaN unless a candidate (NOTE [ Evictable size ])
         keep, todo = {}, []
         for sid in self.unheld:
             if state[sid] != RESIDENT or held[sid]:
                 continue
             keep[sid] = None
             slot = eslot[sid]
-            if not candidate(slot):
+            e = evictable(slot)
+            if e != e:  # not a candidate: locked or pinned
                 continue
             d = size[sid] * (now - last(slot))
             if d > 0:
