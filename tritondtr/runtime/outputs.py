@@ -41,7 +41,7 @@ from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["blank_writes", "forget", "fresh", "outputs", "view_of"]
+__all__ = ["blank_writes", "forget", "fresh", "outputs", "seal", "view_of"]
 
 
 def outputs(
@@ -92,10 +92,8 @@ def outputs(
             cell.storage = session.track(
                 buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid
             )
-    if rec is not None:  # the recipe keeps storages, not tensors
-        for e in inputs:
-            forget(pargs, pkw, e)
-        rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
+    if rec is not None:
+        seal(rec, pargs, pkw)
     if not rets:
         return out
     return res[0] if single else tuple(res)
@@ -163,6 +161,18 @@ def _covers(v: torch.Tensor, nbytes: int) -> bool:
             return False
         step *= size
     return True
+
+
+def seal(rec, pargs, pkw) -> None:
+    """The op ran and ``rec`` is complete: its call keeps storages, not tensors (every
+    tensor input's place in ``pargs`` / ``pkw`` is cleared), and its positional arguments
+    become a tuple (NOTE [ Storage lifetime ] rule 6)."""
+    for e in rec.inputs:
+        if type(e.key) is int and e.index < 0:  # a positional tensor: the common case
+            pargs[e.key] = None
+        else:
+            forget(pargs, pkw, e)
+    rec.args = tuple(pargs)
 
 
 def forget(pargs, pkw, e) -> None:

@@ -83,7 +83,7 @@ from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
-from .outputs import blank_writes, forget, fresh, outputs, view_of
+from .outputs import blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
     BLANK,
     PLAIN,
@@ -342,12 +342,7 @@ class Session:
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
-                    for e in inputs:  # the recipe keeps storages, not tensors
-                        if type(e.key) is int and e.index < 0:
-                            pargs[e.key] = None
-                        else:
-                            forget(pargs, pkw, e)
-                    rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
+                    seal(rec, pargs, pkw)
             elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
                 cell = wrote[0]
                 old = cell.storage  # NOTE [ In-place versions ] rule 1
@@ -357,9 +352,7 @@ class Session:
                 core.hand_out(old.sid)
                 cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
                 out = args[0]
-                for e in inputs:
-                    forget(pargs, pkw, e)
-                rec.args = tuple(pargs)  # NOTE [ Storage lifetime ] rule 6
+                seal(rec, pargs, pkw)
             elif info.view1 is not None:  # one view: outputs' other common case
                 src = args[info.view1]
                 if type(src) in WRAPPER_TYPES and src._cell.session is self:
