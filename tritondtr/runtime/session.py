@@ -25,6 +25,12 @@
 #    markers, which FSDP2 emits around its collectives) is not tracked: it ticks no clock
 #    and makes no room, so a budget error is never raised from a profiler range's exit,
 #    where it would replace the error that ended the range.
+# 7. Under ``torch.inference_mode`` no op is tracked: wrapper arguments are handed out
+#    (NOTE [ Escaping tensors ] rule 2) and the op runs on plain tensors and returns plain
+#    tensors, as after the context exits. Inference tensors have no autograd history, so
+#    nothing would need them recomputed; and autograd's ADInplaceOrView key is off there, so
+#    composite ops (``aten.to.dtype`` of ``.float()``) reached the mode undecomposed and a
+#    wrapper could not be made a view (its version counter cannot be set).
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -111,6 +117,7 @@ _grad_enabled = torch.is_grad_enabled
 _STRIDED = torch.strided
 _TRACK = object()  # ``Session._special``: no rare case applied, track the op
 _autograd_node = torch._C._current_autograd_node  # NOTE [ What is tracked ] rule 4
+_inference_mode = torch.is_inference_mode_enabled  # ibid. rule 7
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 
 
@@ -218,6 +225,8 @@ class Session:
         info = _CACHE.get(func) or op_info(func)
         if self.depth == 0 and (self.dead or self.released):
             self.drain()
+        if not _grad_enabled() and _inference_mode():  # NOTE [ What is tracked ] rule 7
+            return boundary.call_plain(info, args, kwargs)
         if info.special or self.closed:
             out = self._special(info, args, kwargs)
             if out is not _TRACK:
