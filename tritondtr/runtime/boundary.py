@@ -11,6 +11,12 @@ the context exits, and the debug-mode invariant check.
 #    count. Tensors that escape a training step therefore stay valid.
 # 3. Writes to other plain tensors the program reads (an input batch reused in place) are not
 #    watched: a later recomputation raises :class:`StaleInputError` naming the op.
+# 4. A write is a parameter write when it goes to the leaf itself or to any plain tensor on
+#    the leaf's memory: ``p.data`` (manual SGD: ``p.data.add_(g, alpha=-lr)``) and views of
+#    ``p`` are other tensor objects, and ``p.data`` has a version counter of its own, so
+#    neither the leaf's identity nor rule 1's version check would see the write, and a
+#    recomputation after it would silently read the new weights. The session keeps, per
+#    hooked leaf, the address of its storage (NOTE [ What is tracked ] rule 4).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from .recipe import Storage, derive
 from .semantics import ONE
 from .tensor import WRAPPER_TYPES, DTRTensor
 
-__all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
+__all__ = ["call_plain", "check_invariants", "freeze", "storage_ptr", "value", "writes_leaf"]
 
 
 @opaque  # behind unwrap, .tolist(), printing: NOTE [ Dynamo never traces the runtime ]
@@ -58,7 +64,9 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
 
 
 def writes_leaf(session, info, args, kwargs) -> bool:
-    hooks = session._hooks
+    """Whether the op writes a plain leaf the session hooked (NOTE [ Parameter writes ] rules
+    1 and 4)."""
+    hooks, ptrs = session._hooks, session._leaf_ptrs
     for key in info.written:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
         for t in v if isinstance(v, (list, tuple)) else (v,):
@@ -66,7 +74,24 @@ def writes_leaf(session, info, args, kwargs) -> bool:
                 h = hooks.get(id(t))
                 if h is not None and h[0]() is t:
                     return True
+                if ptrs:
+                    ptr = storage_ptr(t)
+                    ref = ptrs.get(ptr) if ptr else None
+                    leaf = ref() if ref is not None else None
+                    if leaf is not None and storage_ptr(leaf) == ptr:
+                        return True
     return False
+
+
+def storage_ptr(t: torch.Tensor) -> int:
+    """The address of ``t``'s storage, or 0 if it has none a write could reach (not strided,
+    no memory, a storage FSDP2 freed, a subclass without one)."""
+    if t.layout is not torch.strided:
+        return 0
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):  # as fsdp._key: a subclass
+        return 0
 
 
 def freeze(session) -> None:

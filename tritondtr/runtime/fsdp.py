@@ -44,6 +44,10 @@
 #    (NOTE [ Parameter writes ] rule 2), the copies are dropped and FSDP's memory is no
 #    longer counted: wrappers that escape the session never depend on FSDP's memory, which
 #    the next step overwrites unseen.
+# 7. FSDP's own copies into a group's unsharded parameters are not parameter writes (NOTE
+#    [ Parameter writes ] rule 4 would take them for writes through another tensor on the
+#    parameter's memory): rules 2 and 5 cover that memory, so the unsharded parameters are
+#    left out of rule 4's addresses.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class FSDPWatch:
         self.copies: dict[int, torch.Tensor] = {}  # storage key -> copy (rule 2c)
         self.frees = 0  # group frees seen (rule 6)
         self.cuts: dict[str, int] = dict.fromkeys(POLICIES[1:], 0)  # cuts taken, per kind
+        self.unsharded: set[int] = set()  # ids of the unsharded parameters seen (rule 7)
         self._saved: tuple | None = None
 
     # ---------------------------------------------------------------- install
@@ -163,6 +168,8 @@ class FSDPWatch:
     def after_unshard(self, group) -> None:
         """FSDP brought ``group``'s unsharded parameters back (rules 2, 3 and 5)."""
         session = self.session
+        for p in group.fsdp_params:  # rule 7
+            self.unsharded.add(id(p._unsharded_param))
         kept = self.kept.pop(id(group), None)
         nbytes = sum(st.nbytes() for _, st in _storages(group))
         count = nbytes and id(group) not in self.counted and not session.closed

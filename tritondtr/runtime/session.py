@@ -167,6 +167,7 @@ class Session:
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
+        self._leaf_ptrs: dict[int, weakref.ref] = {}  # NOTE [ Parameter writes ] rule 4
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
@@ -214,6 +215,7 @@ class Session:
         for _, handle in self._hooks.values():
             handle.remove()
         self._hooks.clear()
+        self._leaf_ptrs.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
         self.core.close()
         for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
@@ -544,7 +546,11 @@ class Session:
         h = self._hooks.get(id(p))
         if h is not None and h[0]() is p:
             return
-        self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+        ref = weakref.ref(p)
+        self._hooks[id(p)] = (ref, p.register_post_accumulate_grad_hook(self._on_grad))
+        ptr = boundary.storage_ptr(p) if id(p) not in self.fsdp.unsharded else 0
+        if ptr:  # NOTE [ Parameter writes ] rule 4: writes through other tensors on its memory
+            self._leaf_ptrs[ptr] = ref
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
