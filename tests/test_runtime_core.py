@@ -2,6 +2,8 @@
 errors, exceptions, no_grad, retain_graph, double backward, multi-output ops, boundary calls,
 deep chains, invalid arguments, profiler ranges, autocast."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -213,16 +215,37 @@ def test_batch_norm_stats_not_updated_twice():
         assert torch.equal(a, b)
 
 
+def test_write_to_a_plain_input_inside_freezes_and_backward_fails_as_eager():
+    """NOTE [ Parameter writes ] rule 3: the write freezes what depends on x; the backward then
+    fails exactly as eager's does (x was saved for w's gradient)."""
+    x = torch.randn(5)  # plain input from outside, no grad
+    eager = {}
+    for name, ctx in (
+        ("eager", contextlib.nullcontext),
+        ("tritondtr", lambda: rt.enable(stress=True)),
+    ):
+        w = leaf(5)
+        xx = x.clone()
+        with ctx():
+            y = (xx * w).tanh()
+            with torch.no_grad():
+                xx.add_(1)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation") as e:
+                y.sum().backward()
+            eager[name] = str(e.value)
+    assert eager["tritondtr"] == eager["eager"]
+
+
 def test_changed_outside_input_raises_clear_error():
-    w = leaf(5)
+    """NOTE [ Parameter writes ] rule 4: a write the session does not see (here after exit)
+    makes a later recomputation raise StaleInputError, not read the new contents."""
     x = torch.randn(5)  # plain input from outside, no grad
     with rt.enable(stress=True) as s:
-        y = (x * w).tanh()
-        with torch.no_grad():
-            x.add_(1)
-        with pytest.raises(rt.StaleInputError, match="modified in place"):
-            y.sum().backward()
+        y = (x * 2).tanh()
     assert s.stats.evictions > 0
+    x.add_(1)  # outside any session: unseen
+    with pytest.raises(rt.StaleInputError, match="modified in place"):
+        y.sum().item()
 
 
 def test_parameter_update_hands_out_held_tensors():

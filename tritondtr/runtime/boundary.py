@@ -9,14 +9,24 @@ the context exits, and the debug-mode invariant check.
 #    (the loss, logits the program kept, saved tensors of a retained graph) is recomputed if
 #    evicted and turned external for good: it keeps its value, leaves the engine and the byte
 #    count. Tensors that escape a training step therefore stay valid.
-# 3. Writes to other plain tensors the program reads (an input batch reused in place) are not
-#    watched: a later recomputation raises :class:`StaleInputError` naming the op.
-# 4. A write is a parameter write when it goes to the leaf itself or to any plain tensor on
-#    the leaf's memory: ``p.data`` (manual SGD: ``p.data.add_(g, alpha=-lr)``) and views of
-#    ``p`` are other tensor objects, and ``p.data`` has a version counter of its own, so
-#    neither the leaf's identity nor rule 1's version check would see the write, and a
-#    recomputation after it would silently read the new weights. The session keeps, per
-#    hooked leaf, the address of its storage (NOTE [ What is tracked ] rule 4).
+# 3. The same holds for any plain memory a recipe read: the session keeps the address of
+#    every plain storage its recipes read (a parameter's when it is hooked, NOTE [ What is
+#    tracked ] rule 4; any other plain input's when a recipe records it; the buffer of an
+#    external wrapper or of another session's wrapper, which a recipe reads through its
+#    plain value). An in-place write to that memory is rule 1's write, whatever tensor it
+#    goes through: the tensor itself; another tensor on the same memory (``p.data`` in manual
+#    SGD, ``p.data.add_(g, alpha=-lr)``, has a version counter of its own, and views made
+#    inside the session are not autograd views, so they do not share one either); or a
+#    wrapper whose storage is external (handed out by ``.numpy()``, ``data_ptr()``,
+#    ``unwrap``, frozen by an earlier write) or another session's (a cache made in one
+#    session and updated in the next), whose op writes the plain buffer below autograd.
+#    Version counters see none of these, and a recomputation after the write would read the
+#    new contents, silently. ``F.alpha_dropout`` of a plain tensor does it inside one call
+#    (ATen writes its plain noise after a tracked op read it).
+# 4. Not watched: writes that do not reach the dispatcher (C++ or numpy through raw
+#    pointers, writes between two sessions). A recomputation after one raises
+#    :class:`StaleInputError` naming the op if the plain tensor's version moved, else reads
+#    the new contents.
 """
 
 from __future__ import annotations
@@ -26,11 +36,11 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
-from .recipe import Storage, derive
+from .recipe import Storage, derive, storage_ptr
 from .semantics import ONE
 from .tensor import WRAPPER_TYPES, DTRTensor
 
-__all__ = ["call_plain", "check_invariants", "freeze", "storage_ptr", "value", "writes_leaf"]
+__all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
 
 
 @opaque  # behind unwrap, .tolist(), printing: NOTE [ Dynamo never traces the runtime ]
@@ -64,34 +74,32 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
 
 
 def writes_leaf(session, info, args, kwargs) -> bool:
-    """Whether the op writes a plain leaf the session hooked (NOTE [ Parameter writes ] rules
-    1 and 4)."""
-    hooks, ptrs = session._hooks, session._leaf_ptrs
+    """Whether the op writes plain memory the session's recipes read (NOTE [ Parameter
+    writes ] rules 1 and 3)."""
+    hooks, reads = session._hooks, session.reads
     for key in info.written:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
         for t in v if isinstance(v, (list, tuple)) else (v,):
-            if isinstance(t, torch.Tensor) and type(t) not in WRAPPER_TYPES:
-                h = hooks.get(id(t))
-                if h is not None and h[0]() is t:
+            if type(t) in WRAPPER_TYPES:
+                cell = t._cell
+                s = cell.storage
+                if cell.session is session and s.recipe is not None:
+                    continue  # a tracked storage: the write makes a new version
+                t = s.buf  # external or another session's: its plain buffer, if resident
+                if t is None:
+                    continue  # not resident: no recipe of this session read it
+            elif not isinstance(t, torch.Tensor):
+                continue
+            h = hooks.get(id(t))
+            if h is not None and h[0]() is t:
+                return True
+            if reads:
+                ptr = storage_ptr(t)
+                ref = reads.get(ptr) if ptr else None
+                read = ref() if ref is not None else None
+                if read is not None and storage_ptr(read) == ptr:
                     return True
-                if ptrs:
-                    ptr = storage_ptr(t)
-                    ref = ptrs.get(ptr) if ptr else None
-                    leaf = ref() if ref is not None else None
-                    if leaf is not None and storage_ptr(leaf) == ptr:
-                        return True
     return False
-
-
-def storage_ptr(t: torch.Tensor) -> int:
-    """The address of ``t``'s storage, or 0 if it has none a write could reach (not strided,
-    no memory, a storage FSDP2 freed, a subclass without one)."""
-    if t.layout is not torch.strided:
-        return 0
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError, TypeError):  # as fsdp._key: a subclass
-        return 0
 
 
 def freeze(session) -> None:

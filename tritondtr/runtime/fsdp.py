@@ -44,10 +44,10 @@
 #    (NOTE [ Parameter writes ] rule 2), the copies are dropped and FSDP's memory is no
 #    longer counted: wrappers that escape the session never depend on FSDP's memory, which
 #    the next step overwrites unseen.
-# 7. FSDP's own copies into a group's unsharded parameters are not parameter writes (NOTE
-#    [ Parameter writes ] rule 4 would take them for writes through another tensor on the
-#    parameter's memory): rules 2 and 5 cover that memory, so the unsharded parameters are
-#    left out of rule 4's addresses.
+# 7. FSDP's own copies into a group's unsharded memory are not parameter writes (NOTE
+#    [ Parameter writes ] rule 3 would take them for writes to memory recipes read): rules 2
+#    and 5 cover that memory, so its storages (``storage_key``: the same object across FSDP's
+#    ``resize_``) are left out of rule 3's addresses.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .recipe import PLAIN, derive, geometry
 
-__all__ = ["FSDPWatch"]
+__all__ = ["FSDPWatch", "storage_key"]
 
 _FSDP_GROUP = "torch.distributed.fsdp._fully_shard._fsdp_param_group"  # torch 2.11 to 2.13
 POLICIES = ("min", "held", "readers", "copy")  # rule 2; "min" is the runtime's
@@ -92,7 +92,7 @@ class FSDPWatch:
         self.copies: dict[int, torch.Tensor] = {}  # storage key -> copy (rule 2c)
         self.frees = 0  # group frees seen (rule 6)
         self.cuts: dict[str, int] = dict.fromkeys(POLICIES[1:], 0)  # cuts taken, per kind
-        self.unsharded: set[int] = set()  # ids of the unsharded parameters seen (rule 7)
+        self.keys: set[int] = set()  # storage keys of every group's unsharded memory (rule 7)
         self._saved: tuple | None = None
 
     # ---------------------------------------------------------------- install
@@ -145,6 +145,7 @@ class FSDPWatch:
         storages = _storages(group)
         if not storages:
             return
+        self.keys.update(key for key, _ in storages)  # rule 7
         session = self.session
         core = session.core
         self.frees += 1
@@ -168,10 +169,10 @@ class FSDPWatch:
     def after_unshard(self, group) -> None:
         """FSDP brought ``group``'s unsharded parameters back (rules 2, 3 and 5)."""
         session = self.session
-        for p in group.fsdp_params:  # rule 7
-            self.unsharded.add(id(p._unsharded_param))
+        storages = _storages(group)
+        self.keys.update(key for key, _ in storages)  # rule 7
         kept = self.kept.pop(id(group), None)
-        nbytes = sum(st.nbytes() for _, st in _storages(group))
+        nbytes = sum(st.nbytes() for _, st in storages)
         count = nbytes and id(group) not in self.counted and not session.closed
         if kept is None and not count:
             return
@@ -238,7 +239,7 @@ class FSDPWatch:
             if s is None or s.recipe is None or s.sid < 0:
                 continue
             for e in s.recipe.inputs:
-                if e.mode == PLAIN and _key(e.source) in keys:
+                if e.mode == PLAIN and storage_key(e.source) in keys:
                     found.append(s.sid)
                     break
         return found
@@ -249,7 +250,7 @@ class FSDPWatch:
         return self._stand_in if self.copies else None
 
     def _stand_in(self, t: torch.Tensor) -> torch.Tensor:
-        copy = self.copies.get(_key(t))
+        copy = self.copies.get(storage_key(t))
         if copy is None or t.untyped_storage().nbytes():
             return t
         return derive(copy, geometry(t))
@@ -272,7 +273,7 @@ def _versions(group) -> tuple[int, ...]:
     return tuple(p._sharded_param_data._version for p in group.fsdp_params)
 
 
-def _key(t) -> int | None:
+def storage_key(t) -> int | None:
     """The identity of ``t``'s untyped storage (stable across ``resize_``); None for a tensor
     without one (a subclass)."""
     try:

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .recipe import WRITE, Cell, Recipe, blank, geometry
+from .recipe import PLAIN, WRITE, Cell, Recipe, blank, geometry, storage_ptr
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["blank_writes", "forget", "fresh", "outputs", "seal", "view_of"]
+__all__ = ["aliases", "blank_writes", "forget", "fresh", "outputs", "seal", "view_of"]
 
 
 def outputs(
@@ -65,7 +65,8 @@ def outputs(
             psrc = pargs[view] if type(view) is int else pkw[view]
             if type(src) in WRAPPER_TYPES and src._cell.session is session:
                 if kind == ONE:
-                    res[r] = view_of(o, src, psrc)
+                    if not info.may_copy or aliases(o, psrc):  # NOTE [ Op semantics ] 10
+                        res[r] = view_of(o, src, psrc)
                 else:
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
@@ -93,7 +94,7 @@ def outputs(
                 buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid
             )
     if rec is not None:
-        seal(rec, pargs, pkw)
+        seal(session, rec, pargs, pkw)
     if not rets:
         return out
     return res[0] if single else tuple(res)
@@ -111,6 +112,11 @@ def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     )
     s = session.track(o, rec, len(outs) - 1, parents, cost, pinned)
     return DTRTensor(Cell(s, session), o, None)
+
+
+def aliases(o: torch.Tensor, psrc: torch.Tensor) -> bool:
+    """Whether ``o`` shares ``psrc``'s memory (NOTE [ Op semantics ] rule 10 in semantics.py)."""
+    return o.device == psrc.device and storage_ptr(o) == storage_ptr(psrc) != 0
 
 
 def view_of(o: torch.Tensor, src: DTRTensor, psrc: torch.Tensor) -> DTRTensor:
@@ -163,15 +169,18 @@ def _covers(v: torch.Tensor, nbytes: int) -> bool:
     return True
 
 
-def seal(rec, pargs, pkw) -> None:
+def seal(session: Session, rec, pargs, pkw) -> None:
     """The op ran and ``rec`` is complete: its call keeps storages, not tensors (every
-    tensor input's place in ``pargs`` / ``pkw`` is cleared), and its positional arguments
-    become a tuple (NOTE [ Storage lifetime ] rule 6)."""
+    tensor input's place in ``pargs`` / ``pkw`` is cleared), its positional arguments become
+    a tuple (NOTE [ Storage lifetime ] rule 6), and the session notes the plain memory it
+    reads (NOTE [ Parameter writes ] rule 3 in boundary.py)."""
     for e in rec.inputs:
         if type(e.key) is int and e.index < 0:  # a positional tensor: the common case
             pargs[e.key] = None
         else:
             forget(pargs, pkw, e)
+        if e.mode == PLAIN:
+            session.note_read(e.source)
     rec.args = tuple(pargs)
 
 
@@ -186,7 +195,7 @@ def forget(pargs, pkw, e) -> None:
 
 
 def _trackable(o, core) -> bool:
-    if o is None or o.layout is not torch.strided:
+    if o is None or o.layout is not torch.strided or o.is_nested:  # NOTE [ What is tracked ] 3
         return False
     if core.device is None:
         return o.device.type != "meta"

@@ -96,6 +96,7 @@ __all__ = [
     "derive",
     "geometry",
     "run_recipe",
+    "storage_ptr",
 ]
 
 
@@ -365,3 +366,14 @@ def _run(rec, args, kwargs):
         return rec.info.func(*args, **kwargs)
     finally:
         gen.set_state(saved)
+
+
+def storage_ptr(t: torch.Tensor) -> int:
+    """The address of ``t``'s storage, or 0 if it has none a write could reach (not strided,
+    no memory, a storage FSDP2 freed, a subclass without one)."""
+    if t.layout is not torch.strided:
+        return 0
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):  # as fsdp._key: a subclass
+        return 0

@@ -44,6 +44,13 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    (``copy_``, ``fill_``, ``zero_`` and the random fills such as ``bernoulli_``, which CPU
 #    dropout applies to an ``empty_like``): ``overwrites`` in the table. Their recipes do not
 #    depend on the old version (NOTE [ Overwriting ops ] in outputs.py).
+# 10. Composite ops whose return only *may* alias their argument (``to``, ``contiguous``,
+#    ``reshape``: a ``CompositeImplicitAutograd`` kernel) are decomposed above the mode and
+#    never reach it, except where that decomposition is off: PyTorch's zero-tensor fallback
+#    in a double backward calls ``to(device="meta")``, and under ``inference_mode`` the same
+#    happens (NOTE [ What is tracked ] rule 7). There they may return a copy (another dtype or
+#    device): ``may_copy``. Such a return is a view (rule 1) only if it shares the argument's
+#    memory; a copy stays plain, like an output on another device.
 """
 
 from __future__ import annotations
@@ -256,6 +263,7 @@ class OpInfo:
     uninit: bool  # returns uninitialized memory (NOTE [ What is tracked ] rule 5)
     overwrites: bool  # NOTE [ Op semantics ] rule 9
     inert: bool = False  # no tensor in, no tensor out (NOTE [ What is tracked ] rule 6)
+    may_copy: bool = False  # a view return that may be a copy (NOTE [ Op semantics ] rule 10)
     semantics: Semantics = field(default_factory=Semantics)
 
 
@@ -294,6 +302,11 @@ def _kind(t) -> int:
         if isinstance(e, torch._C.TensorType):
             return LIST
     return OTHER
+
+
+def _composite(func) -> bool:
+    """Whether ``func`` has a ``CompositeImplicitAutograd`` kernel (NOTE [ Op semantics ] 10)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 def _analyze(func) -> OpInfo:
@@ -363,5 +376,9 @@ def _analyze(func) -> OpInfo:
         uninit=schema.name in _UNINIT,
         overwrites=sem.overwrites,
         inert=inert,
+        may_copy=any(v is not None for _, v, _ in rets)
+        and torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        ),
         semantics=sem,
     )

@@ -7,7 +7,8 @@
 #    counted, and the ``_version`` each recipe read is checked before a recomputation.
 # 2. With grad mode off, an op is tracked only if it reads a wrapper. Optimizer steps (which
 #    run under no_grad on parameters, plain gradients and state) therefore stay plain.
-# 3. Outputs on another device than the first tracked one, or not strided, stay plain.
+# 3. Outputs on another device than the first tracked one, or not strided, stay plain; so do
+#    nested tensors (``torch.nested``: strided layout, but no sizes to wrap).
 # 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
 #    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
 #    ``value``), so parameters, gradients and optimizer state stay plain tensors. The leaf
@@ -87,9 +88,9 @@ from . import boundary
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
-from .fsdp import FSDPWatch
+from .fsdp import FSDPWatch, storage_key
 from .leafgrad import LeafGrads
-from .outputs import blank_writes, fresh, outputs, seal, view_of
+from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
     BLANK,
     PLAIN,
@@ -102,6 +103,7 @@ from .recipe import (
     capture_rng,
     derive,
     run_recipe,
+    storage_ptr,
 )
 from .semantics import _CACHE, ONE, op_info
 from .stats import SessionStats
@@ -167,7 +169,7 @@ class Session:
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
-        self._leaf_ptrs: dict[int, weakref.ref] = {}  # NOTE [ Parameter writes ] rule 4
+        self.reads: dict[int, weakref.ref] = {}  # NOTE [ Parameter writes ] rule 3
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
@@ -215,7 +217,7 @@ class Session:
         for _, handle in self._hooks.values():
             handle.remove()
         self._hooks.clear()
-        self._leaf_ptrs.clear()
+        self.reads.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
         self.core.close()
         for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
@@ -344,6 +346,7 @@ class Session:
                 if (
                     out is not None
                     and out.layout is _STRIDED
+                    and not out.is_nested  # NOTE [ What is tracked ] rule 3
                     and (
                         out.device == core.device
                         if core.device is not None
@@ -353,7 +356,7 @@ class Session:
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
                     out = fresh(self, out, rec, 0, -1, parents, cost)
-                    seal(rec, pargs, pkw)
+                    seal(self, rec, pargs, pkw)
             elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
                 cell = wrote[0]
                 old = cell.storage  # NOTE [ In-place versions ] rule 1
@@ -363,11 +366,13 @@ class Session:
                 core.hand_out(old.sid)
                 cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
                 out = args[0]
-                seal(rec, pargs, pkw)
+                seal(self, rec, pargs, pkw)
             elif info.view1 is not None:  # one view: outputs' other common case
                 src = args[info.view1]
                 if type(src) in WRAPPER_TYPES and src._cell.session is self:
-                    out = view_of(out, src, pargs[info.view1])
+                    psrc = pargs[info.view1]
+                    if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
+                        out = view_of(out, src, psrc)
             else:
                 out = outputs(
                     self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
@@ -546,12 +551,17 @@ class Session:
         h = self._hooks.get(id(p))
         if h is not None and h[0]() is p:
             return
-        ref = weakref.ref(p)
-        self._hooks[id(p)] = (ref, p.register_post_accumulate_grad_hook(self._on_grad))
-        ptr = boundary.storage_ptr(p) if id(p) not in self.fsdp.unsharded else 0
-        if ptr:  # NOTE [ Parameter writes ] rule 4: writes through other tensors on its memory
-            self._leaf_ptrs[ptr] = ref
+        self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+        self.note_read(p)
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
+
+    def note_read(self, t: torch.Tensor) -> None:
+        """A recipe reads plain tensor ``t`` (or ``t`` is a hooked leaf): keep the address of
+        its memory (NOTE [ Parameter writes ] rule 3 in boundary.py), unless FSDP2 manages it
+        (NOTE [ FSDP2 ] rule 7)."""
+        ptr = storage_ptr(t)
+        if ptr and not (self.fsdp.keys and storage_key(t) in self.fsdp.keys):
+            self.reads[ptr] = weakref.ref(t)
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:

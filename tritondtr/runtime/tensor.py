@@ -41,6 +41,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
 from .dynamo import opaque
@@ -121,7 +122,9 @@ class DTRTensor(torch.Tensor):
         return text
 
     def tolist(self):
-        return self._cell.session.value(self, escape=False).tolist()
+        plain = self._cell.session.value(self, escape=False)
+        with _disable_current_modes():  # a conj or neg bit is resolved by a dispatched op
+            return plain.tolist()
 
     def numpy(self, *, force: bool = False):
         if self.requires_grad and not force:
