@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
 from .recipe import Storage, derive, storage_ptr
-from .semantics import ONE
+from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
 __all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
@@ -132,6 +132,8 @@ def call_plain(info, args, kwargs):
         elif v is not None:
             where[key] = [unwrap_any(t) for t in v]
     out = info.func(*pargs, **pkw)
+    if info.bump:  # NOTE [ Op semantics ] rule 11
+        bump_versions(info, args, kwargs)
     for r, (_, _, wrote_arg) in enumerate(info.rets):
         if wrote_arg is not None:
             obj = args[wrote_arg] if type(wrote_arg) is int else kwargs[wrote_arg]

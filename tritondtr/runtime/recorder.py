@@ -34,7 +34,10 @@ a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 #    ``BLANK`` (NOTE [ Runtime annotations ]).
 # 8. So a replay of the trace in the runtime's semantics at the recorded budget and heuristic
 #    makes exactly the recorded run's decisions (NOTE [ The twin ] in sim/twin.py), unless the
-#    run hit an out-of-memory retry or an op raised (neither is recorded).
+#    run hit an out-of-memory retry, an op raised (a ``BudgetError`` the program caught: the
+#    op's evictions and recomputations happened, the op did not run), or the program called
+#    ``session.evict_all()``: none of these is recorded, so the replay counts fewer
+#    evictions and rematerializations (tests/test_runtime_fuzz_found.py keeps the case).
 """
 
 from __future__ import annotations

@@ -51,6 +51,15 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    happens (NOTE [ What is tracked ] rule 7). There they may return a copy (another dtype or
 #    device): ``may_copy``. Such a return is a view (rule 1) only if it shares the argument's
 #    memory; a copy stays plain, like an output on another device.
+# 11. The in-place foreach ops (``_foreach_add_``, the optimizers' ``foreach`` path) have no
+#    ``ADInplaceOrView`` kernel: their kernels bump each written tensor's version themselves
+#    (per tensor on the CPU). Run below autograd by the mode, the plain kernel's bumps reach
+#    the plain tensors inside only, so the caller's tensors' ``_version`` would not move:
+#    autograd's "modified by an inplace operation" check and recipes' version checks would
+#    miss the write, and views taken before it keep a stale ``grad_fn``. ``bump``: the written
+#    arguments the session bumps after the op, once, as eager does. (Other ops that write
+#    without that kernel, ``native_batch_norm``'s running statistics or the fused
+#    optimizers, are bumped, or not, by their autograd kernel above the mode, as in eager.)
 """
 
 from __future__ import annotations
@@ -60,9 +69,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["OpInfo", "op_info", "register", "registered"]
+__all__ = ["OpInfo", "bump_versions", "op_info", "register", "registered"]
 
 aten = torch.ops.aten
+Tensor = torch.Tensor
+_increment_version = torch.autograd.graph.increment_version  # NOTE [ Op semantics ] 11
 
 # Kinds of a tensor-carrying argument or return.
 ONE, LIST, OTHER = 0, 1, 2
@@ -264,6 +275,7 @@ class OpInfo:
     overwrites: bool  # NOTE [ Op semantics ] rule 9
     inert: bool = False  # no tensor in, no tensor out (NOTE [ What is tracked ] rule 6)
     may_copy: bool = False  # a view return that may be a copy (NOTE [ Op semantics ] rule 10)
+    bump: tuple[int | str, ...] = ()  # written args whose version the session bumps (rule 11)
     semantics: Semantics = field(default_factory=Semantics)
 
 
@@ -376,9 +388,19 @@ def _analyze(func) -> OpInfo:
         uninit=schema.name in _UNINIT,
         overwrites=sem.overwrites,
         inert=inert,
-        may_copy=any(v is not None for _, v, _ in rets)
-        and torch._C._dispatch_has_kernel_for_dispatch_key(
-            func.name(), "CompositeImplicitAutograd"
-        ),
+        may_copy=any(v is not None for _, v, _ in rets) and _composite(func),
+        bump=tuple(written) if written and schema.name.startswith("aten::_foreach_") else (),
         semantics=sem,
     )
+
+
+def bump_versions(info: OpInfo, args, kwargs) -> None:
+    """Bump the version of every tensor in the arguments ``info.bump`` names, as eager's
+    per-tensor calls would (NOTE [ Op semantics ] rule 11)."""
+    for key in info.bump:
+        v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
+        written = [
+            t for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, Tensor)
+        ]
+        if written:
+            _increment_version(written)

@@ -105,7 +105,7 @@ from .recipe import (
     run_recipe,
     storage_ptr,
 )
-from .semantics import _CACHE, ONE, op_info
+from .semantics import _CACHE, ONE, bump_versions, op_info
 from .stats import SessionStats
 from .tensor import WRAPPER_TYPES, DTRTensor, restride
 
@@ -236,7 +236,10 @@ class Session:
             if out is not _TRACK:
                 return out
         if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
-            return func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+            out = func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+            if info.bump:  # NOTE [ Op semantics ] rule 11
+                bump_versions(info, args, kwargs)
+            return out
         out = self._call(info, args, kwargs)
         node = _autograd_node()
         if node is not None and type(node) is _AccumulateGrad:  # NOTE [ What is tracked ] 4
@@ -335,6 +338,8 @@ class Session:
                     if not core.evict_one():
                         raise
             cost = float(_now_ns() - t0)
+            if info.bump:  # NOTE [ Op semantics ] rule 11
+                bump_versions(info, args, kwargs)
             if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
                 cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
             for sid in locked:
