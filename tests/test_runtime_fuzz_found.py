@@ -157,3 +157,35 @@ def test_nested_tensor_stays_plain():
         nt = torch.nested.nested_tensor([a, b])
         out = torch.stack([t.sum() for t in (nt * 2).unbind()])
     assert torch.equal(rt.unwrap(out), ref)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the twin misses work the recorded session did outside recorded ops: an op that "
+    "raised a caught BudgetError (evicted and recomputed, then did not run, so no event) "
+    "and session.evict_all(); NOTE [ The twin ] rule 4 promises exact counts",
+)
+@pytest.mark.parametrize("trigger", ["caught_budget_error", "evict_all"])
+def test_twin_counts_match_a_run_with_session_side_work(trigger):
+    import tritondtr
+    from tritondtr.sim import simulate
+
+    x = torch.randn(64, 64, requires_grad=True)
+    budget = 56 * 1024 if trigger == "caught_budget_error" else 1 << 20
+    with tritondtr.trace(None, budget=budget, cost="analytic") as rec:
+        h, hs = x, []
+        for _ in range(4):
+            h = (h @ x).tanh()
+            hs.append(h)
+        if trigger == "evict_all":
+            rec.session.evict_all()
+        with contextlib.suppress(rt.BudgetError):  # documented: the session stays usable
+            torch.cat(hs * 3)
+        h.sum().backward()
+    m = rec.trace.meta["runtime"]
+    r = simulate(rec.trace, m["heuristic"], budget=budget, semantics="runtime", overhead_limit=None)
+    assert (r.evictions, r.remats, r.peak_bytes) == (
+        m["evictions"],
+        m["rematerializations"],
+        m["peak_bytes"],
+    )
