@@ -170,6 +170,7 @@ class Session:
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
         self.reads: dict[int, weakref.ref] = {}  # NOTE [ Parameter writes ] rule 3
+        self._reads_limit = 1024
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
@@ -566,7 +567,11 @@ class Session:
         (NOTE [ FSDP2 ] rule 7)."""
         ptr = storage_ptr(t)
         if ptr and not (self.fsdp.keys and storage_key(t) in self.fsdp.keys):
-            self.reads[ptr] = weakref.ref(t)
+            reads = self.reads
+            reads[ptr] = weakref.ref(t)
+            if len(reads) > self._reads_limit:  # drop dead tensors' entries, amortised
+                self.reads = {k: r for k, r in reads.items() if r() is not None}
+                self._reads_limit = 2 * len(self.reads) + 1024
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
