@@ -1,8 +1,7 @@
 """Bugs found by session 10's differential fuzzer (random programs under tritondtr against
-eager PyTorch, torch.equal), one smallest program each. The fixed ones must pass; the two
-that stay open are documented limits, kept as strict xfails (they fail today; the mark goes
-when they are fixed): an in-place view op after a view (docs/runtime.md, Not supported) and
-work the twin cannot replay (NOTE [ Recording a trace ] rule 8 in runtime/recorder.py)."""
+eager PyTorch, torch.equal), one smallest program each. The fixed ones must pass; the one
+that stays open is a documented limit, kept as a strict xfail (it fails today; the mark goes
+when it is fixed): an in-place view op after a view (docs/runtime.md, Not supported)."""
 
 import contextlib
 
@@ -163,16 +162,13 @@ def test_nested_tensor_stays_plain():
     assert torch.equal(rt.unwrap(out), ref)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="documented limit (NOTE [ Recording a trace ] rule 8): the twin misses work the "
-    "recorded session did outside recorded ops: an op that raised a caught BudgetError "
-    "(evicted and recomputed, then did not run, so no event) and session.evict_all()",
-)
+@pytest.mark.parametrize("fmt", ["memory", "jsonl", "npz"])
 @pytest.mark.parametrize("trigger", ["caught_budget_error", "evict_all"])
-def test_twin_counts_match_a_run_with_session_side_work(trigger):
+def test_twin_counts_match_a_run_with_session_side_work(trigger, fmt, tmp_path):
+    """NOTE [ Recording a trace ] rule 8 and NOTE [ The twin ] rule 7: a caught BudgetError's
+    work and session.evict_all() are events the twin replays, through both file formats."""
     import tritondtr
-    from tritondtr.sim import simulate
+    from tritondtr.sim import load_trace, save_trace, simulate
 
     x = torch.randn(64, 64, requires_grad=True)
     budget = 56 * 1024 if trigger == "caught_budget_error" else 1 << 20
@@ -186,8 +182,12 @@ def test_twin_counts_match_a_run_with_session_side_work(trigger):
         with contextlib.suppress(rt.BudgetError):  # documented: the session stays usable
             torch.cat(hs * 3)
         h.sum().backward()
-    m = rec.trace.meta["runtime"]
-    r = simulate(rec.trace, m["heuristic"], budget=budget, semantics="runtime", overhead_limit=None)
+    trace = rec.trace
+    if fmt != "memory":
+        trace = load_trace(save_trace(trace, tmp_path / f"t.{fmt}"))
+    m = trace.meta["runtime"]
+    assert m["evictions"] > 0
+    r = simulate(trace, m["heuristic"], budget=budget, semantics="runtime", overhead_limit=None)
     assert (r.evictions, r.remats, r.peak_bytes) == (
         m["evictions"],
         m["rematerializations"],

@@ -32,12 +32,14 @@ a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 # 7. ``BACKWARD`` is annotated at the first op of each backward pass; each tensor created in
 #    one carries the ``BACKWARD`` flag, never-evicted ones ``PINNED``, overwritten inputs
 #    ``BLANK`` (NOTE [ Runtime annotations ]).
-# 8. So a replay of the trace in the runtime's semantics at the recorded budget and heuristic
+# 8. An op that raised ``BudgetError`` before it ran (the program caught it and went on: its
+#    inputs were made resident and room was made, recomputing and evicting) is recorded as a
+#    CALL of its tracked inputs with one 0-byte placeholder flagged ``UNTRACKED | FAILED``,
+#    cost 0, released at once; ``session.evict_all()`` as an ``evict_all`` event.
+# 9. So a replay of the trace in the runtime's semantics at the recorded budget and heuristic
 #    makes exactly the recorded run's decisions (NOTE [ The twin ] in sim/twin.py), unless the
-#    run hit an out-of-memory retry, an op raised (a ``BudgetError`` the program caught: the
-#    op's evictions and recomputations happened, the op did not run), or the program called
-#    ``session.evict_all()``: none of these is recorded, so the replay counts fewer
-#    evictions and rematerializations (tests/test_runtime_fuzz_found.py keeps the case).
+#    run hit an out-of-memory retry or an op raised another error after its inputs were
+#    made resident (a cost callable's ``CostError``): neither is recorded.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ if TYPE_CHECKING:
 __all__ = ["Recorder"]
 
 _in_backward = torch._C._current_graph_task_id
-_CALL, _RELEASE, _ANNOTATE, _FORGET, _MATERIALIZE, _FREEZE = range(6)
-_PINNED, _BACKWARD, _UNTRACKED = (int(f) for f in TensorFlag)
+_CALL, _RELEASE, _ANNOTATE, _FORGET, _MATERIALIZE, _FREEZE, _EVICT_ALL = range(7)
+_PINNED, _BACKWARD, _UNTRACKED, _FAILED = (int(f) for f in TensorFlag)
 _BLANK = int(InputFlag.BLANK)
 
 
@@ -178,6 +180,32 @@ class Recorder:
         for sid in olds:
             self.released(sid)
 
+    def attempted(self, info, args, kwargs) -> None:
+        """Called by the session when op ``info`` raised BudgetError before it ran (rule 8)."""
+        if self.closed:
+            return
+        ins = []
+        for i, kind, name in info.args:
+            v = (args[i] if i < len(args) else None) if name is None else kwargs.get(name)
+            for w in (v,) if kind == ONE else (v or ()):
+                if type(w) not in WRAPPER_TYPES:
+                    continue
+                cell = w._cell
+                s = cell.storage
+                if cell.session is self.session and s.recipe is not None:
+                    ins.append(self._input(s, w._view))
+        tid = self.next_id
+        self.next_id += 1
+        flags = _UNTRACKED | _FAILED
+        self.events.append((_CALL, info.name, ins, [0], [-1], 0.0, [tid], [flags], [-1], None))
+        self.events.append((_RELEASE, tid))
+        self.ops += 1
+
+    def evicted_all(self) -> None:
+        """The program called ``session.evict_all()`` (rule 8)."""
+        if not self.closed:
+            self.events.append((_EVICT_ALL,))
+
     def released(self, sid: int) -> None:
         """The core dropped ``sid`` for the program: its last wrapper died, or its buffer
         was handed out (rule 4)."""
@@ -261,6 +289,8 @@ class Recorder:
                 b.materialize(ids[ev[1]])
             elif k == _FREEZE:
                 b.freeze()
+            elif k == _EVICT_ALL:
+                b.evict_all()
             else:
                 b.annotate(ev[1])
         return b.build()

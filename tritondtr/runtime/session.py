@@ -83,7 +83,7 @@ from torch.utils._python_dispatch import (
     _get_current_dispatch_mode_stack,
 )
 
-from ..core import Core
+from ..core import BudgetError, Core
 from . import boundary
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
@@ -388,6 +388,10 @@ class Session:
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
                 for k, desc in blanks:
                     inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
+        except BudgetError:  # the op did not run (NOTE [ Recording a trace ] rule 8)
+            if self.observer is not None:
+                self.observer.attempted(info, args, kwargs)
+            raise
         finally:
             for sid in locked:
                 core.unlock(sid)
@@ -537,6 +541,8 @@ class Session:
             return 0
         with _disable_current_modes():
             self.drain()
+            if self.observer is not None:  # NOTE [ Recording a trace ] rule 8
+                self.observer.evicted_all()
             return self.core.evict_all()
 
     # ------------------------------------------------------------------ values

@@ -27,6 +27,12 @@
 # 6. Failure: ``oom`` when the core raises BudgetError, ``thrash`` when it raises
 #    ThrashError or, with an ``overhead_limit``, when the recomputation cost exceeds
 #    ``(overhead_limit - 1) x`` the trace's compute.
+# 7. Work of the recorded session outside completed ops is replayed too: ``evict_all`` evicts
+#    every candidate (``session.evict_all()``), and a CALL whose placeholder output is flagged
+#    ``FAILED`` is an op that raised BudgetError before it ran and that the program caught
+#    (NOTE [ Runtime annotations ] 1): its inputs are used and room is made as for any op, a
+#    BudgetError (or ThrashError) there is the recorded outcome, not a failure of the
+#    replay, and nothing else happens.
 """
 
 from __future__ import annotations
@@ -45,12 +51,13 @@ from .replay import RunStats
 __all__ = ["replay_runtime"]
 
 _CALL, _RELEASE, _RETAIN = int(EventKind.CALL), int(EventKind.RELEASE), int(EventKind.RETAIN)
-_FORGET, _MATERIALIZE, _FREEZE = (
+_FORGET, _MATERIALIZE, _FREEZE, _EVICT_ALL = (
     int(EventKind.FORGET),
     int(EventKind.MATERIALIZE),
     int(EventKind.FREEZE),
+    int(EventKind.EVICT_ALL),
 )
-_PINNED, _BACKWARD, _UNTRACKED = (int(f) for f in TensorFlag)
+_PINNED, _BACKWARD, _UNTRACKED, _FAILED = (int(f) for f in TensorFlag)
 _BLANK = int(InputFlag.BLANK)
 _BLOCK = 4096  # events between two ``on_event`` calls
 
@@ -194,6 +201,9 @@ class _Twin:
                 elif k == _FREEZE:
                     if core.device is not None:
                         core.freeze()
+                elif k == _EVICT_ALL:
+                    if core.device is not None:
+                        core.evict_all()
                 elif k == _RETAIN:
                     b = base[a]
                     if b >= 0:
@@ -201,6 +211,8 @@ class _Twin:
 
     def _call(self, o: int) -> None:
         """NOTE [ The twin ] rule 2."""
+        if self.flags[self.out_ptr[o]] & _FAILED:
+            return self._attempt(o)
         core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
         inputs, in_flags = self.inputs, self.in_flags
         lo, hi = self.in_ptr[o], self.in_ptr[o + 1]
@@ -256,3 +268,29 @@ class _Twin:
             base[t] = t
             refs[t] = 1
         core.end()
+
+    def _attempt(self, o: int) -> None:
+        """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
+        before it ran: ``prepare``, ``use`` of its tracked inputs, ``begin``, whichever raises
+        ends it; its locks are released; no output, no ``end``, no compute."""
+        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
+        inputs = self.inputs
+        core.prepare()
+        locked = []
+        try:
+            for p in range(self.in_ptr[o], self.in_ptr[o + 1]):
+                b = base[inputs[p]]
+                if b < 0:
+                    continue
+                s = sid_of[b]
+                if s < 0 or state[s] == EXTERNAL:
+                    continue
+                if core.use(s):
+                    locked.append(s)
+            core.begin(self.name[o])
+        except BudgetError:
+            pass
+        finally:
+            for s in locked:
+                core.unlock(s)
+            core.release_inputs()

@@ -136,6 +136,10 @@ class TraceBuilder:
         """The runtime made every held storage external (NOTE [ Parameter writes ])."""
         self._event(EventKind.FREEZE, 0)
 
+    def evict_all(self) -> None:
+        """The program evicted every evictable storage (``session.evict_all()``)."""
+        self._event(EventKind.EVICT_ALL, 0)
+
     def retain(self, tensor: int) -> None:
         """One more reference to ``tensor`` (a new handle to it)."""
         t = self._tensor(tensor, "retain")

@@ -24,15 +24,19 @@ as they are; :mod:`tritondtr.traceformat.trace_io` reads and writes them.
 # sim/twin.py) makes exactly the runtime's decisions. The paper's semantics ignores all of it.
 # 1. ``flags`` per tensor (:class:`TensorFlag`): ``PINNED``, never evicted (never_evict);
 #    ``BACKWARD``, created during a backward pass; ``UNTRACKED``, a placeholder output of an
-#    op whose results the runtime did not track (NOTE [ Recording a trace ] rule 5).
+#    op whose results the runtime did not track (NOTE [ Recording a trace ] rule 5);
+#    ``UNTRACKED | FAILED``, the placeholder of an op that raised ``BudgetError`` before it
+#    ran (its inputs were made resident and room was made, then it gave up; the program
+#    caught the error and went on).
 # 2. ``writes`` per tensor: -1, or the input position whose storage this output is the new
 #    in-place version of; the runtime drops the old version just before it tracks the new.
 # 3. ``in_flags`` per op input (:class:`InputFlag`): ``BLANK``, the op overwrote that input
 #    entirely, so the new version does not depend on it (NOTE [ Overwriting ops ]).
 # 4. Events: ``forget`` (the runtime forgot the storage of that tensor: nothing refers to it
 #    any more), ``materialize`` (the program asked for that tensor's value outside an op),
-#    ``freeze`` (NOTE [ Parameter writes ]). A ``release`` of a tensor's last reference is
-#    the moment the runtime freed its buffer.
+#    ``freeze`` (NOTE [ Parameter writes ]), ``evict_all`` (the program called
+#    ``session.evict_all()``). A ``release`` of a tensor's last reference is the moment the
+#    runtime freed its buffer.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ import numpy as np
 __all__ = ["EventKind", "InputFlag", "TensorFlag", "Trace", "TraceError"]
 
 FORMAT_NAME = "tritondtr-trace"
-FORMAT_VERSION = 2  # 2: NOTE [ Runtime annotations ]; version 1 files read as before
+FORMAT_VERSION = (
+    3  # 2: NOTE [ Runtime annotations ]; 3: evict_all, FAILED; older files read as before
+)
 
 
 class TraceError(ValueError):
@@ -65,6 +71,7 @@ class EventKind(enum.IntEnum):
     FORGET = 6  # arg: tensor id (NOTE [ Runtime annotations ] 4)
     MATERIALIZE = 7  # arg: tensor id
     FREEZE = 8  # arg: 0
+    EVICT_ALL = 9  # arg: 0 (NOTE [ Runtime annotations ] 4)
 
 
 class TensorFlag(enum.IntFlag):
@@ -73,6 +80,7 @@ class TensorFlag(enum.IntFlag):
     PINNED = 1
     BACKWARD = 2
     UNTRACKED = 4
+    FAILED = 8
 
 
 class InputFlag(enum.IntFlag):

@@ -242,6 +242,8 @@ def _load_jsonl(lines: Iterable[str], source: str) -> Trace:
                 getattr(b, ev)(tid(n, rec["t"]))
             elif ev == "freeze":
                 b.freeze()
+            elif ev == "evict_all":
+                b.evict_all()
             elif ev == "annotate":
                 b.annotate(rec["text"])
             else:
@@ -331,6 +333,8 @@ def _jsonl_lines(trace: Trace) -> Iterator[str]:
             rec = {"ev": "annotate", "text": trace.annotations[a]}
         elif k == EventKind.FREEZE:
             rec = {"ev": "freeze"}
+        elif k == EventKind.EVICT_ALL:
+            rec = {"ev": "evict_all"}
         else:
             rec = {"ev": _EVENT_NAMES[EventKind(k)], "t": a}
         yield json.dumps(rec, separators=(",", ":")) + "\n"
