@@ -39,7 +39,9 @@ a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 # 9. So a replay of the trace in the runtime's semantics at the recorded budget and heuristic
 #    makes exactly the recorded run's decisions (NOTE [ The twin ] in sim/twin.py), unless the
 #    run hit an out-of-memory retry or an op raised another error after its inputs were
-#    made resident (a cost callable's ``CostError``): neither is recorded.
+#    made resident (a cost callable's ``CostError``), neither of which is recorded, or the
+#    program caught a BudgetError raised outside an op (a value asked for, ``.item()``, whose
+#    recomputation did not fit): the replay then stops there as ``oom``.
 """
 
 from __future__ import annotations
