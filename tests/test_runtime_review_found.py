@@ -1,0 +1,35 @@
+"""Bugs found by reviewing the fixes of session 10's fuzzer findings (programs against eager
+PyTorch, torch.equal), one smallest program each."""
+
+import pytest
+import torch
+
+import tritondtr.runtime as rt
+from tritondtr.runtime import semantics
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_foreach_bump_with_torch_2_4_increment_version(monkeypatch):
+    """torch 2.4's ``increment_version`` takes one tensor (a list raises TypeError; lists came
+    in 2.5), and the package supports torch>=2.4: NOTE [ Op semantics ] rule 11 bumps one
+    tensor per call."""
+
+    def one_tensor_only(t):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("_increment_version(): incompatible function arguments")
+        torch._C._increment_version((t,))
+
+    monkeypatch.setattr(semantics, "_increment_version", one_tensor_only)
+    ps = [torch.randn(3), torch.randn(3)]
+    ref = [p + 1 for p in ps]
+    with rt.enable(budget=None), torch.no_grad():
+        torch._foreach_add_(ps, 1.0)
+    assert all(torch.equal(p, r) for p, r in zip(ps, ref))
+    assert [p._version for p in ps] == [1, 1]  # as in eager
