@@ -33,3 +33,31 @@ def test_foreach_bump_with_torch_2_4_increment_version(monkeypatch):
         torch._foreach_add_(ps, 1.0)
     assert all(torch.equal(p, r) for p, r in zip(ps, ref))
     assert [p._version for p in ps] == [1, 1]  # as in eager
+
+
+@pytest.mark.parametrize("stress", [False, True])
+def test_recomputation_under_inference_mode(stress):
+    """An op under inference_mode hands its wrapper arguments out, recomputing them if
+    evicted: the recomputation must not make the session's buffers inference tensors (a later
+    in-place op on one raised, and reading one as a plain input raised "Inference tensors do
+    not track version counter"). NOTE [ Replay context ] rule 4."""
+
+    def prog(x, session=None):
+        h1 = x * 2
+        h2 = h1.sin()
+        h3 = h2.exp()
+        if session is not None:
+            session.evict_all()
+        with torch.inference_mode():
+            m = float(h3.max())
+        h2.mul_(0.5)
+        out = (h3 * h2).sum() * m
+        out.backward()
+        return out.detach(), x.grad
+
+    x0 = torch.randn(6, dtype=torch.float64)
+    ref = prog(x0.clone().requires_grad_())
+    with rt.enable(stress=stress) as s:
+        got = prog(x0.clone().requires_grad_(), s)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])
