@@ -61,3 +61,26 @@ def test_recomputation_under_inference_mode(stress):
         got = prog(x0.clone().requires_grad_(), s)
     assert torch.equal(rt.unwrap(got[0]), ref[0])
     assert torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("via_data", [False, True])
+def test_parameter_write_under_inference_mode(via_data):
+    """A parameter write under inference_mode (an EMA or weight update) is a parameter write:
+    it freezes before the op runs plain (NOTE [ What is tracked ] rule 7). Without it the
+    recomputation raised StaleInputError (``p``) or read the new weights (``p.data``: a
+    version counter of its own)."""
+
+    def prog(p, x, session=None):
+        h = (p * x).sin()
+        with torch.inference_mode():
+            (p.data if via_data else p).mul_(0.5)
+        if session is not None:
+            session.evict_all()  # h must be recomputed from the old p
+        return (h * 1).detach()
+
+    p0, x = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    ref = prog(p0.clone().requires_grad_(), x)
+    p = p0.clone().requires_grad_()  # a parameter: made outside the session
+    with rt.enable() as s:
+        got = rt.unwrap(prog(p, x, s))
+    assert torch.equal(got, ref)

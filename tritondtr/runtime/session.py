@@ -31,7 +31,9 @@
 #    tensors, as after the context exits. Inference tensors have no autograd history, so
 #    nothing would need them recomputed; and autograd's ADInplaceOrView key is off there, so
 #    composite ops (``aten.to.dtype`` of ``.float()``) reached the mode undecomposed and a
-#    wrapper could not be made a view (its version counter cannot be set).
+#    wrapper could not be made a view (its version counter cannot be set). A write there to
+#    plain memory the session's recipes read still freezes first (NOTE [ Parameter writes ]:
+#    an EMA or weight update under inference_mode).
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -230,6 +232,12 @@ class Session:
         if self.depth == 0 and (self.dead or self.released):
             self.drain()
         if not _grad_enabled() and _inference_mode():  # NOTE [ What is tracked ] rule 7
+            if (
+                info.written
+                and self.core.now != self.frozen_at
+                and boundary.writes_leaf(self, info, args, kwargs)
+            ):
+                self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
             return boundary.call_plain(info, args, kwargs)
         if info.special or self.closed:
             out = self._special(info, args, kwargs)
