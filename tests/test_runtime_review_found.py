@@ -84,3 +84,32 @@ def test_parameter_write_under_inference_mode(via_data):
     with rt.enable() as s:
         got = rt.unwrap(prog(p, x, s))
     assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("from_wrapper", [False, True])
+def test_inference_tensor_read_by_a_recipe(from_wrapper):
+    """A tensor made under inference_mode (a target), read afterwards by a tracked op that
+    does not save it (eager allows that), then written under inference_mode: the read raised
+    "Inference tensors do not track version counter" (recipes record a plain input's
+    version); the recomputation after the write must read the old contents."""
+
+    def prog(w, x, session=None):
+        h = x * 1 if from_wrapper else x
+        with torch.inference_mode():
+            target = (h * 3).tanh()
+        diff = h @ w - target
+        loss = diff.square().mean()
+        with torch.inference_mode():
+            target.mul_(2)
+        if session is not None:
+            session.evict_all()  # diff must be recomputed from the old target
+        loss.backward()
+        return diff.detach() * 1, w.grad
+
+    w0, x = torch.randn(8, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    ref = prog(w0.clone().requires_grad_(), x)
+    w = w0.clone().requires_grad_()
+    with rt.enable() as s:
+        got = prog(w, x, s)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])

@@ -330,8 +330,8 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
             v = derive(c, view)
         elif mode == SNAPSHOT:
             v = src.clone()
-        else:  # PLAIN
-            if src._version != version:
+        else:  # PLAIN (version None: an inference tensor, NOTE [ What is tracked ] rule 7)
+            if version is not None and src._version != version:
                 raise StaleInputError(info.name, src.shape, version, src._version)
             v = src if stand_in is None else stand_in(src)
         where = args if type(pos) is int else kwargs
