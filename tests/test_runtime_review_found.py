@@ -113,3 +113,28 @@ def test_inference_tensor_read_by_a_recipe(from_wrapper):
         got = prog(w, x, s)
     assert torch.equal(rt.unwrap(got[0]), ref[0])
     assert torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("stress", [False, True])
+@pytest.mark.parametrize("same", [False, True])
+def test_foreach_write_to_two_views_of_one_tensor(stress, same):
+    """An in-place foreach op on two views of one tracked tensor (or one view twice) raised
+    StopIteration in outputs(): the cell, already moved to its new version, came again."""
+
+    def prog(x):
+        h = x * 2
+        v1, v2 = (h[:3], h[:3]) if same else (h[:3], h[3:])
+        torch._foreach_add_([v1, v2], 1.0)
+        torch._foreach_mul_([v1, v2], [x[0], x[1]])
+        out = (h * h).sum()
+        out.backward()
+        return h.detach() * 1, x.grad, h._version
+
+    x0 = torch.randn(6, dtype=torch.float64)
+    ref = prog(x0.clone().requires_grad_())
+    x = x0.clone().requires_grad_()
+    with rt.enable(stress=stress):
+        got = prog(x)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])
+    assert got[2] == ref[2]
