@@ -93,6 +93,7 @@ def outputs(
             cell.storage = session.track(
                 buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid
             )
+            seen.add(id(cell.storage))  # the cell again (two views of it in a foreach list)
     if rec is not None:
         seal(session, rec, pargs, pkw)
     if not rets:

@@ -59,6 +59,11 @@ recipes keep referring to the old version they read.
 #    state is active. The first execution needs no guard: an op autocast casts is then
 #    called with autocast's own key excluded, and any other op autocast passes through.
 #    The guard's cost per replay: docs/benchmarks.md (Runtime, replay guards).
+# 4. A replay never runs under ``torch.inference_mode``: an op there hands its wrapper
+#    arguments out (NOTE [ What is tracked ] rule 7), recomputing them if evicted, and a
+#    buffer made under inference mode is an inference tensor (no version counter, no in-place
+#    write outside inference mode, no view with a version counter): the session's own
+#    buffers would fail later ordinary ops that eager runs.
 
 # NOTE [ Replay copies ]
 # 1. A replay of an in-place op writes a copy of the version it read (a ``WRITE`` input): a
@@ -116,6 +121,8 @@ READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths co
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 _no_autocast = torch._C._DisableAutocast  # NOTE [ Replay context ] 3
 _grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled  # NOTE [ Replay context ] 4
+_inference_off = torch._C._InferenceMode
 
 
 class Input(NamedTuple):
@@ -293,6 +300,9 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
     (a copy while ``t``'s memory is away: NOTE [ FSDP2 ] in fsdp.py). ``consume``: None, or
     the :class:`Storage` of a written input whose buffer the replay writes itself instead of
     a copy (NOTE [ Consumed versions ] in core/remat.py)."""
+    if _inference_mode():  # NOTE [ Replay context ] rule 4
+        with _inference_off(False):
+            return run_recipe(rec, want, stand_in, consume)
     info = rec.info
     if info.flat is not None:  # NOTE [ Replay copies ] rule 2: only single positional tensors
         args, kwargs = list(rec.args), rec.kwargs
@@ -320,8 +330,8 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
             v = derive(c, view)
         elif mode == SNAPSHOT:
             v = src.clone()
-        else:  # PLAIN
-            if src._version != version:
+        else:  # PLAIN (version None: an inference tensor, NOTE [ What is tracked ] rule 7)
+            if version is not None and src._version != version:
                 raise StaleInputError(info.name, src.shape, version, src._version)
             v = src if stand_in is None else stand_in(src)
         where = args if type(pos) is int else kwargs

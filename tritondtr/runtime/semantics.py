@@ -57,8 +57,9 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    the plain tensors inside only, so the caller's tensors' ``_version`` would not move:
 #    autograd's "modified by an inplace operation" check and recipes' version checks would
 #    miss the write, and views taken before it keep a stale ``grad_fn``. ``bump``: the written
-#    arguments the session bumps after the op, once, as eager does. (Other ops that write
-#    without that kernel, ``native_batch_norm``'s running statistics or the fused
+#    arguments the session bumps after the op, once, as eager does, one tensor per
+#    ``increment_version`` call (torch 2.4's takes one tensor, no list). (Other ops that
+#    write without that kernel, ``native_batch_norm``'s running statistics or the fused
 #    optimizers, are bumped, or not, by their autograd kernel above the mode, as in eager.)
 """
 
@@ -399,8 +400,6 @@ def bump_versions(info: OpInfo, args, kwargs) -> None:
     per-tensor calls would (NOTE [ Op semantics ] rule 11)."""
     for key in info.bump:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
-        written = [
-            t for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, Tensor)
-        ]
-        if written:
-            _increment_version(written)
+        for t in v if isinstance(v, (list, tuple)) else (v,):
+            if isinstance(t, Tensor):
+                _increment_version(t)  # one tensor a call: torch 2.4 takes no list

@@ -31,7 +31,11 @@
 #    tensors, as after the context exits. Inference tensors have no autograd history, so
 #    nothing would need them recomputed; and autograd's ADInplaceOrView key is off there, so
 #    composite ops (``aten.to.dtype`` of ``.float()``) reached the mode undecomposed and a
-#    wrapper could not be made a view (its version counter cannot be set).
+#    wrapper could not be made a view (its version counter cannot be set). A write there to
+#    plain memory the session's recipes read still freezes first (NOTE [ Parameter writes ]:
+#    an EMA or weight update under inference_mode). A recipe may read an inference tensor
+#    made there (a target for a loss): it has no version to record, and only an op under
+#    inference_mode can write it, which that check sees.
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -231,6 +235,12 @@ class Session:
         if self.depth == 0 and (self.dead or self.released):
             self.drain()
         if not _grad_enabled() and _inference_mode():  # NOTE [ What is tracked ] rule 7
+            if (
+                info.written
+                and self.core.now != self.frozen_at
+                and boundary.writes_leaf(self, info, args, kwargs)
+            ):
+                self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
             return boundary.call_plain(info, args, kwargs)
         if info.special or self.closed:
             out = self._special(info, args, kwargs)
@@ -452,7 +462,11 @@ class Session:
         elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
             inputs.append(_new_tuple(Input, (key, j, v.clone(), None, None, SNAPSHOT)))
             return v
-        inputs.append(_new_tuple(Input, (key, j, v, None, v._version, PLAIN)))
+        try:
+            version = v._version
+        except RuntimeError:  # an inference tensor: no version counter (NOTE [ What is tracked ] 7)
+            version = None
+        inputs.append(_new_tuple(Input, (key, j, v, None, version, PLAIN)))
         return v
 
     # ----------------------------------------------------------------- storages

@@ -1,0 +1,140 @@
+"""Bugs found by reviewing the fixes of session 10's fuzzer findings (programs against eager
+PyTorch, torch.equal), one smallest program each."""
+
+import pytest
+import torch
+
+import tritondtr.runtime as rt
+from tritondtr.runtime import semantics
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_foreach_bump_with_torch_2_4_increment_version(monkeypatch):
+    """torch 2.4's ``increment_version`` takes one tensor (a list raises TypeError; lists came
+    in 2.5), and the package supports torch>=2.4: NOTE [ Op semantics ] rule 11 bumps one
+    tensor per call."""
+
+    def one_tensor_only(t):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("_increment_version(): incompatible function arguments")
+        torch._C._increment_version((t,))
+
+    monkeypatch.setattr(semantics, "_increment_version", one_tensor_only)
+    ps = [torch.randn(3), torch.randn(3)]
+    ref = [p + 1 for p in ps]
+    with rt.enable(budget=None), torch.no_grad():
+        torch._foreach_add_(ps, 1.0)
+    assert all(torch.equal(p, r) for p, r in zip(ps, ref))
+    assert [p._version for p in ps] == [1, 1]  # as in eager
+
+
+@pytest.mark.parametrize("stress", [False, True])
+def test_recomputation_under_inference_mode(stress):
+    """An op under inference_mode hands its wrapper arguments out, recomputing them if
+    evicted: the recomputation must not make the session's buffers inference tensors (a later
+    in-place op on one raised, and reading one as a plain input raised "Inference tensors do
+    not track version counter"). NOTE [ Replay context ] rule 4."""
+
+    def prog(x, session=None):
+        h1 = x * 2
+        h2 = h1.sin()
+        h3 = h2.exp()
+        if session is not None:
+            session.evict_all()
+        with torch.inference_mode():
+            m = float(h3.max())
+        h2.mul_(0.5)
+        out = (h3 * h2).sum() * m
+        out.backward()
+        return out.detach(), x.grad
+
+    x0 = torch.randn(6, dtype=torch.float64)
+    ref = prog(x0.clone().requires_grad_())
+    with rt.enable(stress=stress) as s:
+        got = prog(x0.clone().requires_grad_(), s)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("via_data", [False, True])
+def test_parameter_write_under_inference_mode(via_data):
+    """A parameter write under inference_mode (an EMA or weight update) is a parameter write:
+    it freezes before the op runs plain (NOTE [ What is tracked ] rule 7). Without it the
+    recomputation raised StaleInputError (``p``) or read the new weights (``p.data``: a
+    version counter of its own)."""
+
+    def prog(p, x, session=None):
+        h = (p * x).sin()
+        with torch.inference_mode():
+            (p.data if via_data else p).mul_(0.5)
+        if session is not None:
+            session.evict_all()  # h must be recomputed from the old p
+        return (h * 1).detach()
+
+    p0, x = torch.randn(6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    ref = prog(p0.clone().requires_grad_(), x)
+    p = p0.clone().requires_grad_()  # a parameter: made outside the session
+    with rt.enable() as s:
+        got = rt.unwrap(prog(p, x, s))
+    assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("from_wrapper", [False, True])
+def test_inference_tensor_read_by_a_recipe(from_wrapper):
+    """A tensor made under inference_mode (a target), read afterwards by a tracked op that
+    does not save it (eager allows that), then written under inference_mode: the read raised
+    "Inference tensors do not track version counter" (recipes record a plain input's
+    version); the recomputation after the write must read the old contents."""
+
+    def prog(w, x, session=None):
+        h = x * 1 if from_wrapper else x
+        with torch.inference_mode():
+            target = (h * 3).tanh()
+        diff = h @ w - target
+        loss = diff.square().mean()
+        with torch.inference_mode():
+            target.mul_(2)
+        if session is not None:
+            session.evict_all()  # diff must be recomputed from the old target
+        loss.backward()
+        return diff.detach() * 1, w.grad
+
+    w0, x = torch.randn(8, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
+    ref = prog(w0.clone().requires_grad_(), x)
+    w = w0.clone().requires_grad_()
+    with rt.enable() as s:
+        got = prog(w, x, s)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("stress", [False, True])
+@pytest.mark.parametrize("same", [False, True])
+def test_foreach_write_to_two_views_of_one_tensor(stress, same):
+    """An in-place foreach op on two views of one tracked tensor (or one view twice) raised
+    StopIteration in outputs(): the cell, already moved to its new version, came again."""
+
+    def prog(x):
+        h = x * 2
+        v1, v2 = (h[:3], h[:3]) if same else (h[:3], h[3:])
+        torch._foreach_add_([v1, v2], 1.0)
+        torch._foreach_mul_([v1, v2], [x[0], x[1]])
+        out = (h * h).sum()
+        out.backward()
+        return h.detach() * 1, x.grad, h._version
+
+    x0 = torch.randn(6, dtype=torch.float64)
+    ref = prog(x0.clone().requires_grad_())
+    x = x0.clone().requires_grad_()
+    with rt.enable(stress=stress):
+        got = prog(x)
+    assert torch.equal(rt.unwrap(got[0]), ref[0])
+    assert torch.equal(got[1], ref[1])
+    assert got[2] == ref[2]
