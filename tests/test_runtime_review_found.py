@@ -1,8 +1,11 @@
 """Bugs found by reviewing the fixes of session 10's fuzzer findings (programs against eager
 PyTorch, torch.equal), one smallest program each."""
 
+import contextlib
+
 import pytest
 import torch
+from torch import nn
 
 import tritondtr.runtime as rt
 from tritondtr.runtime import semantics
@@ -138,3 +141,50 @@ def test_foreach_write_to_two_views_of_one_tensor(stress, same):
     assert torch.equal(rt.unwrap(got[0]), ref[0])
     assert torch.equal(got[1], ref[1])
     assert got[2] == ref[2]
+
+
+def test_batchnorm_over_several_steps_freezes_once_a_step():
+    """NOTE [ Parameter writes ] rule 3 counts memory only while a recipe that read it lives:
+    BatchNorm's running statistics, read by one step's backward recipes, are written by the
+    next step's forward without a freeze, so every step still evicts under the budget (with
+    the addresses of dead readers kept, each BN layer froze everything from step 2 on and
+    nothing was evicted any more)."""
+    from tritondtr.runtime.session import Session
+
+    def run(ctx, steps=3):
+        torch.manual_seed(0)
+        m = nn.Sequential(
+            *[nn.Sequential(nn.Linear(64, 64), nn.BatchNorm1d(64), nn.Tanh()) for _ in range(4)]
+        ).double()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x = torch.randn(128, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        rows, losses = [], []
+        with ctx() as s:
+            for _ in range(steps):
+                e0, f0 = (s.stats.evictions, freezes[0]) if s else (0, 0)
+                loss = m(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(rt.unwrap(loss).detach().clone())
+                if s:
+                    rows.append((s.stats.evictions - e0, freezes[0] - f0))
+        return losses, [t.detach().clone() for t in m.state_dict().values()], rows, s
+
+    freezes = [0]
+    original = Session.freeze
+
+    def counted(self):
+        freezes[0] += 1
+        return original(self)
+
+    Session.freeze = counted
+    try:
+        ref, ref_state, _, _ = run(contextlib.nullcontext)
+        *_, s = run(lambda: rt.enable(budget=None), steps=1)
+        got, got_state, rows, _ = run(lambda: rt.enable(budget=s.stats.peak_bytes // 2))
+    finally:
+        Session.freeze = original
+    assert all(torch.equal(rt.unwrap(a), b) for a, b in zip(got, ref))
+    assert all(torch.equal(a, b) for a, b in zip(got_state, ref_state))
+    assert all(e > 0 and f == 1 for e, f in rows), rows  # the optimizer's freeze only

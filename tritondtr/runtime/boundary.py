@@ -10,11 +10,13 @@ the context exits, and the debug-mode invariant check.
 #    evicted and turned external for good: it keeps its value, leaves the engine and the byte
 #    count. Tensors that escape a training step therefore stay valid.
 # 3. The same holds for any plain memory a recipe read: the session keeps the address of
-#    every plain storage its recipes read (a parameter's when it is hooked, NOTE [ What is
-#    tracked ] rule 4; any other plain input's when a recipe records it; the buffer of an
-#    external wrapper or of another session's wrapper, which a recipe reads through its
-#    plain value). An in-place write to that memory is rule 1's write, whatever tensor it
-#    goes through: the tensor itself; another tensor on the same memory (``p.data`` in manual
+#    every plain storage its live recipes read (:class:`ReadMemory`: a parameter's while it
+#    is hooked, NOTE [ What is tracked ] rule 4; any other plain input's while a recipe that
+#    records it lives; the buffer of an external wrapper or of another session's wrapper,
+#    which a recipe reads through its plain value). Memory whose readers all died is free
+#    to write (BatchNorm's running statistics, read by the backward's recipes of the last
+#    step, are written by the next forward). An in-place write to read memory is rule 1's
+#    write, whatever tensor it goes through: the tensor itself; another tensor on the same memory (``p.data`` in manual
 #    SGD, ``p.data.add_(g, alpha=-lr)``, has a version counter of its own, and views made
 #    inside the session are not autograd views, so they do not share one either); or a
 #    wrapper whose storage is external (handed out by ``.numpy()``, ``data_ptr()``,
@@ -31,16 +33,19 @@ the context exits, and the debug-mode invariant check.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
-from .recipe import Storage, derive, storage_ptr
+from .fsdp import storage_key
+from .recipe import PLAIN, Storage, derive, storage_ptr
 from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
-__all__ = ["call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
+__all__ = ["ReadMemory", "call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
 
 
 @opaque  # behind unwrap, .tolist(), printing: NOTE [ Dynamo never traces the runtime ]
@@ -73,6 +78,84 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
             session.depth -= 1
 
 
+class ReadMemory:
+    """NOTE [ Parameter writes ] rule 3: the plain memory the session's live recipes read,
+    and its hooked leaves' memory, by storage address.
+
+    ``leaves``: address -> weak reference to the leaf (a parameter stays watched while it
+    lives). ``readers``: address -> weak references to the recipes that read plain memory
+    there; an address counts while one of them lives (a recipe holds the tensors it reads,
+    so the memory cannot be freed and reused meanwhile). So memory whose readers all died
+    (BatchNorm's running statistics after the backward that read them) is written freely.
+    """
+
+    __slots__ = ("_limit", "leaves", "readers")
+
+    def __init__(self) -> None:
+        self.leaves: dict[int, weakref.ref] = {}
+        self.readers: dict[int, list[weakref.ref]] = {}
+        self._limit = 1024
+
+    def __len__(self) -> int:
+        """Addresses watched (leaves and read memory, possibly counted twice)."""
+        return len(self.leaves) + len(self.readers)
+
+    def leaf(self, p: torch.Tensor, skip: set[int]) -> None:
+        """Hooked leaf ``p`` (NOTE [ What is tracked ] rule 4); ``skip``: storage keys to
+        leave out (NOTE [ FSDP2 ] rule 7)."""
+        ptr = storage_ptr(p)
+        if ptr and not (skip and storage_key(p) in skip):
+            self.leaves[ptr] = weakref.ref(p)
+
+    def recipe(self, rec, skip: set[int]) -> None:
+        """``rec`` is sealed: note the plain memory it reads."""
+        ref = None
+        for e in rec.inputs:
+            if e.mode != PLAIN:
+                continue
+            t = e.source
+            ptr = storage_ptr(t)
+            if not ptr or (skip and storage_key(t) in skip):
+                continue
+            if ref is None:
+                ref = weakref.ref(rec)
+            refs = self.readers.get(ptr)
+            if refs is None:
+                self.readers[ptr] = [ref]
+            else:
+                if len(refs) >= 8 and not len(refs) & (len(refs) - 1):  # at powers of two
+                    refs[:] = [r for r in refs if r() is not None]
+                refs.append(ref)
+        if ref is not None and len(self.readers) > self._limit:  # amortised pruning
+            self.readers = {k: v for k, v in self.readers.items() if _live(v)}
+            self._limit = 2 * len(self.readers) + 1024
+
+    def written(self, t: torch.Tensor) -> bool:
+        """Whether writing plain tensor ``t`` writes memory a live recipe reads, or a hooked
+        leaf's memory."""
+        ptr = storage_ptr(t)
+        if not ptr:
+            return False
+        ref = self.leaves.get(ptr)
+        leaf = ref() if ref is not None else None
+        if leaf is not None and storage_ptr(leaf) == ptr:
+            return True
+        refs = self.readers.get(ptr)
+        if refs is not None:
+            if _live(refs):
+                return True
+            del self.readers[ptr]
+        return False
+
+    def clear(self) -> None:
+        self.leaves.clear()
+        self.readers.clear()
+
+
+def _live(refs: list[weakref.ref]) -> bool:
+    return any(r() is not None for r in refs)
+
+
 def writes_leaf(session, info, args, kwargs) -> bool:
     """Whether the op writes plain memory the session's recipes read (NOTE [ Parameter
     writes ] rules 1 and 3)."""
@@ -93,12 +176,8 @@ def writes_leaf(session, info, args, kwargs) -> bool:
             h = hooks.get(id(t))
             if h is not None and h[0]() is t:
                 return True
-            if reads:
-                ptr = storage_ptr(t)
-                ref = reads.get(ptr) if ptr else None
-                read = ref() if ref is not None else None
-                if read is not None and storage_ptr(read) == ptr:
-                    return True
+            if reads and reads.written(t):
+                return True
     return False
 
 

@@ -175,14 +175,16 @@ def seal(session: Session, rec, pargs, pkw) -> None:
     tensor input's place in ``pargs`` / ``pkw`` is cleared), its positional arguments become
     a tuple (NOTE [ Storage lifetime ] rule 6), and the session notes the plain memory it
     reads (NOTE [ Parameter writes ] rule 3 in boundary.py)."""
+    plain = False
     for e in rec.inputs:
         if type(e.key) is int and e.index < 0:  # a positional tensor: the common case
             pargs[e.key] = None
         else:
             forget(pargs, pkw, e)
-        if e.mode == PLAIN:
-            session.note_read(e.source)
+        plain = plain or e.mode == PLAIN
     rec.args = tuple(pargs)
+    if plain:
+        session.reads.recipe(rec, session.fsdp.keys)
 
 
 def forget(pargs, pkw, e) -> None:

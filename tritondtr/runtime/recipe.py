@@ -203,7 +203,7 @@ class Recipe:
     (NOTE [ Replay context ]).
     """
 
-    __slots__ = ("args", "grad", "info", "inputs", "kwargs", "outs", "rng")
+    __slots__ = ("__weakref__", "args", "grad", "info", "inputs", "kwargs", "outs", "rng")
 
     def __init__(self, info, args, kwargs, inputs: list[Input], rng) -> None:
         self.info = info

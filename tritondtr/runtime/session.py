@@ -92,7 +92,7 @@ from . import boundary
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
-from .fsdp import FSDPWatch, storage_key
+from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
 from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
@@ -107,7 +107,6 @@ from .recipe import (
     capture_rng,
     derive,
     run_recipe,
-    storage_ptr,
 )
 from .semantics import _CACHE, ONE, bump_versions, op_info
 from .stats import SessionStats
@@ -173,8 +172,7 @@ class Session:
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, tuple] = {}
-        self.reads: dict[int, weakref.ref] = {}  # NOTE [ Parameter writes ] rule 3
-        self._reads_limit = 1024
+        self.reads = boundary.ReadMemory()  # NOTE [ Parameter writes ] rule 3
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
@@ -578,20 +576,8 @@ class Session:
         if h is not None and h[0]() is p:
             return
         self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
-        self.note_read(p)
+        self.reads.leaf(p, self.fsdp.keys)
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
-
-    def note_read(self, t: torch.Tensor) -> None:
-        """A recipe reads plain tensor ``t`` (or ``t`` is a hooked leaf): keep the address of
-        its memory (NOTE [ Parameter writes ] rule 3 in boundary.py), unless FSDP2 manages it
-        (NOTE [ FSDP2 ] rule 7)."""
-        ptr = storage_ptr(t)
-        if ptr and not (self.fsdp.keys and storage_key(t) in self.fsdp.keys):
-            reads = self.reads
-            reads[ptr] = weakref.ref(t)
-            if len(reads) > self._reads_limit:  # drop dead tensors' entries, amortised
-                self.reads = {k: r for k, r in reads.items() if r() is not None}
-                self._reads_limit = 2 * len(self.reads) + 1024
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
