@@ -16,9 +16,10 @@ the context exits, and the debug-mode invariant check.
 #    which a recipe reads through its plain value). Memory whose readers all died is free
 #    to write (BatchNorm's running statistics, read by the backward's recipes of the last
 #    step, are written by the next forward). An in-place write to read memory is rule 1's
-#    write, whatever tensor it goes through: the tensor itself; another tensor on the same memory (``p.data`` in manual
-#    SGD, ``p.data.add_(g, alpha=-lr)``, has a version counter of its own, and views made
-#    inside the session are not autograd views, so they do not share one either); or a
+#    write, whatever tensor it goes through: the tensor itself; another tensor on the same
+#    memory (``p.data`` in manual SGD, ``p.data.add_(g, alpha=-lr)``, has a version counter
+#    of its own, and views made inside the session are not autograd views, so they do not
+#    share one either); or a
 #    wrapper whose storage is external (handed out by ``.numpy()``, ``data_ptr()``,
 #    ``unwrap``, frozen by an earlier write) or another session's (a cache made in one
 #    session and updated in the next), whose op writes the plain buffer below autograd.
@@ -41,7 +42,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
 from .fsdp import storage_key
-from .recipe import PLAIN, Storage, derive, storage_ptr
+from .recipe import Storage, derive, storage_ptr
 from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
@@ -83,18 +84,22 @@ class ReadMemory:
     and its hooked leaves' memory, by storage address.
 
     ``leaves``: address -> weak reference to the leaf (a parameter stays watched while it
-    lives). ``readers``: address -> weak references to the recipes that read plain memory
-    there; an address counts while one of them lives (a recipe holds the tensors it reads,
-    so the memory cannot be freed and reused meanwhile). So memory whose readers all died
-    (BatchNorm's running statistics after the backward that read them) is written freely.
+    lives and its memory is there). ``readers``: address -> number of live recipes that read
+    plain memory there, other than a hooked leaf's (a view of a parameter, ``t(W)`` of every
+    linear layer, is the leaf's memory: watched already, counted by nobody). A recipe is
+    counted when it is sealed and uncounted by a weak-reference callback when it dies (it
+    holds the tensors it reads, so the memory cannot be freed and reused meanwhile). So
+    memory whose readers all died (BatchNorm's running statistics after the backward that
+    read them) is written freely. The callbacks are few: most plain reads are parameters'.
     """
 
-    __slots__ = ("_limit", "leaves", "readers")
+    __slots__ = ("_ids", "_watch", "leaves", "readers")
 
     def __init__(self) -> None:
         self.leaves: dict[int, weakref.ref] = {}
-        self.readers: dict[int, list[weakref.ref]] = {}
-        self._limit = 1024
+        self._ids: dict[int, weakref.ref] = {}  # id of a hooked leaf -> weak reference to it
+        self.readers: dict[int, int] = {}
+        self._watch: set[weakref.ref] = set()  # keeps the recipes' callbacks alive
 
     def __len__(self) -> int:
         """Addresses watched (leaves and read memory, possibly counted twice)."""
@@ -105,55 +110,60 @@ class ReadMemory:
         leave out (NOTE [ FSDP2 ] rule 7)."""
         ptr = storage_ptr(p)
         if ptr and not (skip and storage_key(p) in skip):
-            self.leaves[ptr] = weakref.ref(p)
+            self.leaves[ptr] = self._ids[id(p)] = weakref.ref(p)
 
-    def recipe(self, rec, skip: set[int]) -> None:
-        """``rec`` is sealed: note the plain memory it reads."""
-        ref = None
-        for e in rec.inputs:
-            if e.mode != PLAIN:
+    def recipe(self, rec, plains: list[torch.Tensor], skip: set[int]) -> None:
+        """``rec`` is sealed and reads the plain tensors ``plains``: count it as a reader of
+        their memory, a leaf's apart."""
+        ptrs = ()
+        readers, leaves, ids = self.readers, self.leaves, self._ids
+        for t in plains:
+            base = t._base  # a view of a parameter (``t(W)``): autograd made it a view of it
+            if base is not None:
+                ref = ids.get(id(base))
+                if ref is not None and ref() is base:
+                    continue  # the leaf's memory: watched as the leaf
+            ptr = storage_ptr(t)  # ~0.1 us; the rest of the loop written out: a hot path
+            if not ptr:
                 continue
-            t = e.source
-            ptr = storage_ptr(t)
-            if not ptr or (skip and storage_key(t) in skip):
+            ref = leaves.get(ptr)
+            leaf = ref() if ref is not None else None
+            if leaf is not None and leaf.untyped_storage().data_ptr() == ptr:
+                continue  # a parameter's memory (a view of it): watched as the leaf
+            if skip and storage_key(t) in skip:
                 continue
-            if ref is None:
-                ref = weakref.ref(rec)
-            refs = self.readers.get(ptr)
-            if refs is None:
-                self.readers[ptr] = [ref]
-            else:
-                if len(refs) >= 8 and not len(refs) & (len(refs) - 1):  # at powers of two
-                    refs[:] = [r for r in refs if r() is not None]
-                refs.append(ref)
-        if ref is not None and len(self.readers) > self._limit:  # amortised pruning
-            self.readers = {k: v for k, v in self.readers.items() if _live(v)}
-            self._limit = 2 * len(self.readers) + 1024
+            readers[ptr] = readers.get(ptr, 0) + 1
+            ptrs += (ptr,)
+        if ptrs:
+            watch = self._watch
+
+            def died(ref, ptrs=ptrs) -> None:  # a dict update: safe inside the collector
+                watch.discard(ref)
+                for ptr in ptrs:
+                    n = readers.get(ptr, 0) - 1
+                    if n > 0:
+                        readers[ptr] = n
+                    else:
+                        readers.pop(ptr, None)
+
+            watch.add(weakref.ref(rec, died))
+
+    def _leaf(self, ptr: int) -> bool:
+        ref = self.leaves.get(ptr)
+        leaf = ref() if ref is not None else None
+        return leaf is not None and storage_ptr(leaf) == ptr
 
     def written(self, t: torch.Tensor) -> bool:
         """Whether writing plain tensor ``t`` writes memory a live recipe reads, or a hooked
         leaf's memory."""
         ptr = storage_ptr(t)
-        if not ptr:
-            return False
-        ref = self.leaves.get(ptr)
-        leaf = ref() if ref is not None else None
-        if leaf is not None and storage_ptr(leaf) == ptr:
-            return True
-        refs = self.readers.get(ptr)
-        if refs is not None:
-            if _live(refs):
-                return True
-            del self.readers[ptr]
-        return False
+        return bool(ptr) and (ptr in self.readers or self._leaf(ptr))
 
     def clear(self) -> None:
         self.leaves.clear()
+        self._ids.clear()
         self.readers.clear()
-
-
-def _live(refs: list[weakref.ref]) -> bool:
-    return any(r() is not None for r in refs)
+        self._watch.clear()
 
 
 def writes_leaf(session, info, args, kwargs) -> bool:

@@ -175,16 +175,17 @@ def seal(session: Session, rec, pargs, pkw) -> None:
     tensor input's place in ``pargs`` / ``pkw`` is cleared), its positional arguments become
     a tuple (NOTE [ Storage lifetime ] rule 6), and the session notes the plain memory it
     reads (NOTE [ Parameter writes ] rule 3 in boundary.py)."""
-    plain = False
+    plains = None
     for e in rec.inputs:
         if type(e.key) is int and e.index < 0:  # a positional tensor: the common case
             pargs[e.key] = None
         else:
             forget(pargs, pkw, e)
-        plain = plain or e.mode == PLAIN
+        if e.mode == PLAIN:
+            plains = [e.source] if plains is None else [*plains, e.source]
     rec.args = tuple(pargs)
-    if plain:
-        session.reads.recipe(rec, session.fsdp.keys)
+    if plains is not None:
+        session.reads.recipe(rec, plains, session.fsdp.keys)
 
 
 def forget(pargs, pkw, e) -> None:
