@@ -12,14 +12,6 @@ import torch.nn.functional as F
 import tritondtr.runtime as rt
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_alpha_dropout_of_a_plain_input():
     torch.manual_seed(0)
     x = torch.randn(4, 6)

@@ -11,14 +11,6 @@ import tritondtr.runtime as rt
 from tritondtr.runtime import semantics
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_foreach_bump_with_torch_2_4_increment_version(monkeypatch):
     """torch 2.4's ``increment_version`` takes one tensor (a list raises TypeError; lists came
     in 2.5), and the package supports torch>=2.4: NOTE [ Op semantics ] rule 11 bumps one

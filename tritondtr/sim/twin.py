@@ -213,22 +213,11 @@ class _Twin:
         """NOTE [ The twin ] rule 2."""
         if self.flags[self.out_ptr[o]] & _FAILED:
             return self._attempt(o)
-        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
-        inputs, in_flags = self.inputs, self.in_flags
-        lo, hi = self.in_ptr[o], self.in_ptr[o + 1]
+        core, base, sid_of = self.core, self.base, self.sid
+        inputs, lo = self.inputs, self.in_ptr[o]
         core.prepare()
         locked, parents = [], []
-        for p in range(lo, hi):
-            b = base[inputs[p]]
-            if b < 0:
-                continue
-            s = sid_of[b]
-            if s < 0 or state[s] == EXTERNAL:
-                continue
-            if core.use(s):
-                locked.append(s)
-            if not in_flags[p] & _BLANK:
-                parents.append(s)
+        self._use(o, locked, parents)
         name = self.name[o]
         core.begin(name)
         for s in locked:
@@ -269,24 +258,32 @@ class _Twin:
             refs[t] = 1
         core.end()
 
+    def _use(self, o: int, locked: list[int], parents: list[int]) -> None:
+        """Rule 2's ``use`` of op ``o``'s tracked inputs, in input order: the storages it
+        locked go to ``locked``, those that are its parents (not ``BLANK``) to ``parents``."""
+        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
+        inputs, in_flags = self.inputs, self.in_flags
+        for p in range(self.in_ptr[o], self.in_ptr[o + 1]):
+            b = base[inputs[p]]
+            if b < 0:
+                continue
+            s = sid_of[b]
+            if s < 0 or state[s] == EXTERNAL:
+                continue
+            if core.use(s):
+                locked.append(s)
+            if not in_flags[p] & _BLANK:
+                parents.append(s)
+
     def _attempt(self, o: int) -> None:
         """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
         before it ran: ``prepare``, ``use`` of its tracked inputs, ``begin``, whichever raises
         ends it; its locks are released; no output, no ``end``, no compute."""
-        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
-        inputs = self.inputs
+        core = self.core
         core.prepare()
         locked = []
         try:
-            for p in range(self.in_ptr[o], self.in_ptr[o + 1]):
-                b = base[inputs[p]]
-                if b < 0:
-                    continue
-                s = sid_of[b]
-                if s < 0 or state[s] == EXTERNAL:
-                    continue
-                if core.use(s):
-                    locked.append(s)
+            self._use(o, locked, [])
             core.begin(self.name[o])
         except BudgetError:
             pass
