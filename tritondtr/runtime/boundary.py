@@ -19,10 +19,10 @@ the context exits, and the debug-mode invariant check.
 #    write, whatever tensor it goes through: the tensor itself; another tensor on the same
 #    memory (``p.data`` in manual SGD, ``p.data.add_(g, alpha=-lr)``, has a version counter
 #    of its own, and views made inside the session are not autograd views, so they do not
-#    share one either); or a
-#    wrapper whose storage is external (handed out by ``.numpy()``, ``data_ptr()``,
-#    ``unwrap``, frozen by an earlier write) or another session's (a cache made in one
-#    session and updated in the next), whose op writes the plain buffer below autograd.
+#    share one either); or a wrapper whose storage is external (handed out by ``.numpy()``,
+#    ``data_ptr()``, ``unwrap``, frozen by an earlier write) or another session's (a cache
+#    made in one session and updated in the next), whose op writes the plain buffer below
+#    autograd.
 #    Version counters see none of these, and a recomputation after the write would read the
 #    new contents, silently. ``F.alpha_dropout`` of a plain tensor does it inside one call
 #    (ATen writes its plain noise after a tracked op read it).
@@ -116,20 +116,16 @@ class ReadMemory:
         """``rec`` is sealed and reads the plain tensors ``plains``: count it as a reader of
         their memory, a leaf's apart."""
         ptrs = ()
-        readers, leaves, ids = self.readers, self.leaves, self._ids
+        readers, ids = self.readers, self._ids
         for t in plains:
             base = t._base  # a view of a parameter (``t(W)``): autograd made it a view of it
             if base is not None:
                 ref = ids.get(id(base))
                 if ref is not None and ref() is base:
                     continue  # the leaf's memory: watched as the leaf
-            ptr = storage_ptr(t)  # ~0.1 us; the rest of the loop written out: a hot path
-            if not ptr:
+            ptr = storage_ptr(t)
+            if not ptr or self._leaf(ptr):  # a parameter's memory: watched as the leaf
                 continue
-            ref = leaves.get(ptr)
-            leaf = ref() if ref is not None else None
-            if leaf is not None and leaf.untyped_storage().data_ptr() == ptr:
-                continue  # a parameter's memory (a view of it): watched as the leaf
             if skip and storage_key(t) in skip:
                 continue
             readers[ptr] = readers.get(ptr, 0) + 1

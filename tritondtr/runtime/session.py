@@ -233,12 +233,8 @@ class Session:
         if self.depth == 0 and (self.dead or self.released):
             self.drain()
         if not _grad_enabled() and _inference_mode():  # NOTE [ What is tracked ] rule 7
-            if (
-                info.written
-                and self.core.now != self.frozen_at
-                and boundary.writes_leaf(self, info, args, kwargs)
-            ):
-                self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
+            if info.written:
+                self._freeze_if_read(info, args, kwargs)
             return boundary.call_plain(info, args, kwargs)
         if info.special or self.closed:
             out = self._special(info, args, kwargs)
@@ -268,12 +264,8 @@ class Session:
             return boundary.call_plain(info, args, kwargs)
         if info.uninit and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
-        if (
-            info.written
-            and self.core.now != self.frozen_at
-            and boundary.writes_leaf(self, info, args, kwargs)
-        ):
-            self.freeze()  # NOTE [ Parameter writes ] (boundary.py)
+        if info.written:
+            self._freeze_if_read(info, args, kwargs)
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
             raise UnsupportedOpError(info.name, info.unsupported)
         if (
@@ -288,6 +280,12 @@ class Session:
                 info.name, info.unsupported_grad, "Differentiate it outside the context."
             )
         return _TRACK
+
+    def _freeze_if_read(self, info, args, kwargs) -> None:
+        """NOTE [ Parameter writes ] (boundary.py): freeze before op ``info`` writes plain
+        memory the session's recipes read, once per clock tick."""
+        if self.core.now != self.frozen_at and boundary.writes_leaf(self, info, args, kwargs):
+            self.freeze()
 
     def _call(self, info, args, kwargs):
         core, func = self.core, info.func
