@@ -7,6 +7,11 @@
 # 2. Each program strides over tiles of BLOCK slots (persistent grid) and keeps its best K
 #    pairs: for K == 1 one running pair per lane, reduced once at the end; for K > 1 a sorted
 #    list, merged with a tile only when some slot of the tile beats the list's K-th pair.
+#    Loops with runtime bounds are ``while`` loops: Triton 3.6's interpreter cannot take a
+#    runtime value (an argument, a program id, a sum) as a ``range`` bound under numpy >= 2.4
+#    (triton-lang/triton#9171). On a GPU a program runs a few tiles (``programs`` is a
+#    multiple of the SM count), so the software pipelining a ``for`` loop would allow has
+#    little to overlap.
 # 3. A lexicographic min is two built-in reductions (min of the keys, then min of the slots
 #    holding that key) rather than one tl.reduce with a tuple combine function. The
 #    interpreter calls a custom combine function once per element in Python, so a tile took
@@ -96,13 +101,17 @@ def _merge_tile(key, idx, best_key, best_idx, SENT: tl.constexpr, K: tl.constexp
         tile_key = tl.full([K], SENT, key.dtype)
         tile_idx = tl.full([K], _INT64_MAX, tl.int64)
         # The tile's own best min(n_enter, K) pairs, one lexicographic min per round.
-        for i in range(tl.minimum(n_enter, K)):
+        # A while loop: NOTE rule 2.
+        i = n_enter * 0
+        rounds = tl.minimum(n_enter, K)
+        while i < rounds:
             m_key, m_idx = _lex_min(key, idx)
             tile_key = tl.where(r == i, m_key, tile_key)
             tile_idx = tl.where(r == i, m_idx, tile_idx)
             taken = idx == m_idx
             key = tl.where(taken, SENT, key)
             idx = tl.where(taken, _INT64_MAX, idx)
+            i += 1
         best_key, best_idx = _merge_sorted(best_key, best_idx, tile_key, tile_idx, SENT, K)
     return best_key, best_idx
 
@@ -141,9 +150,10 @@ def _best_of_tiles(
     acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
     best_key = tl.full([K], SENT, KEY_DTYPE)
     best_idx = tl.full([K], _INT64_MAX, tl.int64)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
     step = tl.num_programs(0).to(tl.int64) * BLOCK
-    for start in range(tl.program_id(0).to(tl.int64) * BLOCK, N, step):
-        offs = (start + lanes).to(tl.int64)
+    while start < N:  # NOTE rule 2
+        offs = start + lanes
         key, cand = _tile_keys(
             cost_ptr,
             size_ptr,
@@ -160,6 +170,7 @@ def _best_of_tiles(
         acc_key, acc_idx, best_key, best_idx = _fold(
             key, idx, acc_key, acc_idx, best_key, best_idx, SENT, K
         )
+        start += step
     if K == 1:
         m_key, m_idx = _lex_min(acc_key, acc_idx)
         best_key = tl.full([K], m_key, KEY_DTYPE)
@@ -183,7 +194,8 @@ def _best_of_partials(
     acc_idx = tl.full([BLOCK], _INT64_MAX, tl.int64)
     best_key = tl.full([K], SENT, KEY_DTYPE)
     best_idx = tl.full([K], _INT64_MAX, tl.int64)
-    for start in range(0, n_part, BLOCK):
+    start = n_part * 0  # a runtime int32 (NOTE rule 2)
+    while start < n_part:
         offs = start + lanes
         m = offs < n_part
         key = tl.load(part_key_ptr + offs, mask=m, other=SENT, cache_modifier=".cg")
@@ -191,6 +203,7 @@ def _best_of_partials(
         acc_key, acc_idx, best_key, best_idx = _fold(
             key, idx, acc_key, acc_idx, best_key, best_idx, SENT, K
         )
+        start += BLOCK
     if K == 1:
         m_key, m_idx = _lex_min(acc_key, acc_idx)
         best_key = tl.full([K], m_key, KEY_DTYPE)
