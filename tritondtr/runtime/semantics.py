@@ -30,7 +30,10 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 # 7. Some autograd formulas branch on ``isTensorSubclassLike`` (a composite-compliant path for
 #    tensor subclasses, PyTorch's own LoggingTensor included) and give gradients that differ
 #    from eager in the last bits. No wrapper subclass can avoid that, so such ops are refused
-#    when they would be differentiated (``unsupported_grad``); without grad they run.
+#    when they would be differentiated (``unsupported_grad``); without grad they run. Which
+#    formulas branch depends on the torch version: ``cumprod``'s does before 2.13 (measured
+#    on 2.11, the GPU machines' torch: last-bit gradients in float32 and float64), so it is
+#    refused there only.
 # 8. Some ops return views their schema does not annotate (``_unsafe_view``, which
 #    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate; ``unsafe_split``
 #    and ``unsafe_split_with_sizes``, which ``unsafe_chunk`` and CPU ``lstm_cell`` use on
@@ -180,6 +183,19 @@ _SUBCLASS_FORMULA = (
 def _prod_eig_subclass_formula():
     """prod_backward and linalg_eig_backward (PyTorch's FunctionsManual.cpp) check
     isTensorSubclassLike on the input (NOTE [ Op semantics ] rule 7)."""
+
+
+# Ops whose formula branches only on older torch (NOTE [ Op semantics ] rule 7).
+if torch.__version__ < (2, 13):
+
+    @register(
+        aten.cumprod.default,
+        aten.cumprod_.default,
+        unsupported_grad=_SUBCLASS_FORMULA + " on torch < 2.13",
+    )
+    def _cumprod_subclass_formula():
+        """cumprod_backward checks isTensorSubclassLike before torch 2.13 (gradients of a
+        wrapper differ from eager in the last bits on torch 2.11; equal on 2.13)."""
 
 
 @register(
