@@ -6,6 +6,14 @@ a heuristic is evicted, and recomputed from its parent op when it is needed agai
 
 __version__ = "0.1.0"
 
+import torch as _torch
+
+if tuple(int(v) for v in _torch.__version__.split(".")[:2]) < (2, 11):
+    raise ImportError(
+        f"tritondtr needs torch >= 2.11, found {_torch.__version__}: upgrade torch "
+        "(README.md, Which torch: tested on 2.11 and 2.13; older versions fail its tests)"
+    )
+
 from .engine import Engine
 from .heuristics import (
     CustomHeuristic,

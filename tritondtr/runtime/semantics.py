@@ -61,7 +61,7 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    autograd's "modified by an inplace operation" check and recipes' version checks would
 #    miss the write, and views taken before it keep a stale ``grad_fn``. ``bump``: the written
 #    arguments the session bumps after the op, once, as eager does, one tensor per
-#    ``increment_version`` call (torch 2.4's takes one tensor, no list). (Other ops that
+#    ``increment_version`` call. (Other ops that
 #    write without that kernel, ``native_batch_norm``'s running statistics or the fused
 #    optimizers, are bumped, or not, by their autograd kernel above the mode, as in eager.)
 """
@@ -418,4 +418,4 @@ def bump_versions(info: OpInfo, args, kwargs) -> None:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
         for t in v if isinstance(v, (list, tuple)) else (v,):
             if isinstance(t, Tensor):
-                _increment_version(t)  # one tensor a call: torch 2.4 takes no list
+                _increment_version(t)
