@@ -21,8 +21,8 @@ from fuzz_reduce import main as reduce_main
 
 import tritondtr.runtime.session as session_module
 
-PROGRAM_SEEDS = range(60)
-MODEL_SEEDS = range(4)
+PROGRAM_SEEDS = range(100)
+MODEL_SEEDS = range(6)
 
 
 @pytest.fixture(autouse=True)
