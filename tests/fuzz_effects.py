@@ -205,7 +205,10 @@ OPTIMIZERS = (
 
 @template("optim", 1)
 def t_optim(g):
-    ls = g.names(lambda v: fl(v) and v.requires_grad and v.is_leaf and v.grad is not None)
+    def steps(v):  # known limit write-to-empty-input: a step writes the parameter
+        return fl(v) and v.requires_grad and v.is_leaf and v.grad is not None and may_write(v)
+
+    ls = g.names(steps)
     if not ls:
         return None
     ps = ", ".join(g.r.sample(ls, min(2, len(ls))))
