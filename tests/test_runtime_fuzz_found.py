@@ -1,7 +1,8 @@
 """Bugs found by session 10's differential fuzzer (random programs under tritondtr against
 eager PyTorch, torch.equal), one smallest program each. The fixed ones must pass; the one
 that stays open is a documented limit, kept as a strict xfail (it fails today; the mark goes
-when it is fixed): an in-place view op after a view (docs/runtime.md, Not supported)."""
+when it is fixed): an in-place view op after a view (docs/runtime.md, Not supported). Later
+fuzzing (tests/fuzz_check.py) adds its finds at the end, open ones as strict xfails too."""
 
 import contextlib
 
@@ -214,3 +215,18 @@ def test_foreach_write_bumps_versions():
     got, version = prog(lambda: rt.enable(stress=True))
     assert version == ref_version
     assert got is None or torch.equal(got, ref)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="F.max_pool1d's output is an autograd view under any dispatch mode (max_pool2d, "
+    "then squeeze) but a fresh tensor in eager: detach_() on it raises 'Can't detach views "
+    "in-place' (fuzz seed 102613)",
+)
+def test_detach_in_place_of_a_max_pool1d_output():
+    x = torch.randn(4, 6)
+    ref = F.max_pool1d(x.reshape(-1, 1, 6), 2).detach_()
+    with rt.enable(budget=None):
+        y = F.max_pool1d(x.reshape(-1, 1, 6), 2)
+        y.detach_()
+    assert torch.equal(rt.unwrap(y), ref)
