@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.repro.with_suffix("")
     out = failure._replace(program=prog, config=cfg)
     Path(f"{stem}.reduced.json").write_text(json.dumps(out.to_json(), indent=1) + "\n")
-    script = f"# {failure.kind}: {failure.detail[:200]!r}\n" + prog.source(cfg.session())
+    script = f"# {failure.kind}: {failure.detail[:200]!r}\n"
+    if cfg.unexpressed() or cfg.trace or cfg.split is not None:
+        script += f"# the failing run also had: {cfg.unexpressed()}, trace={cfg.trace}, "
+        script += f"split={cfg.split} (replay the .reduced.json with fuzz_reduce.py)\n"
+    script += prog.source(cfg.session())
     Path(f"{stem}.reduced.py").write_text(script)
     print(script, end="")
     print(f"-> {stem}.reduced.json, {stem}.reduced.py")

@@ -50,14 +50,16 @@ class RunConfig:
         return kw
 
     def session(self) -> str:
-        """The session as source (for repro scripts; a callable cost or never_evict is named
-        by a comment)."""
+        """The session as source, for repro scripts; options a callable gives are left out
+        (:meth:`unexpressed` names them)."""
         kw = {k: v for k, v in self.options().items() if not callable(v)}
-        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        extra = [f"cost={self.cost!r}"] * (self.cost == "bytes") + ["never_evict_small"] * (
+        return "tritondtr.enable(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+
+    def unexpressed(self) -> list[str]:
+        """The options :meth:`session` leaves out."""
+        return ["cost='bytes'"] * (self.cost == "bytes") + ["never_evict_small"] * (
             self.never_evict_small
         )
-        return f"tritondtr.enable({args})" + (f"  # and {', '.join(extra)}" if extra else "")
 
 
 class UserRaised(Exception):
