@@ -1,0 +1,100 @@
+"""The known limits the differential fuzzer leaves out, by name (NOTE [ Differential fuzzer ]
+rule 3 in fuzz_check.py). Each is documented where it is cited; the generator (fuzz_templates.py)
+and the checker (fuzz_check.py) call the predicates below, so that a failure the fuzzer reports
+is a new bug, not one of these.
+
+Remove an entry when its limit is fixed, and let the fuzzer find out whether it really is.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class KnownLimit(NamedTuple):
+    """One open limit: ``name`` (cited in the code that avoids it), ``where`` it is documented,
+    ``what`` goes wrong, and ``excluded``: what the fuzzer does not generate or run."""
+
+    name: str
+    where: str
+    what: str
+    excluded: str
+
+
+KNOWN_LIMITS = (
+    KnownLimit(
+        "inplace-view-op-with-grad",
+        "docs/runtime.md, Semantics that users see: Not supported",
+        "an in-place view op (t_, transpose_, swapdims_, unsqueeze_, ...) on a tracked tensor "
+        "that requires grad, with views of it and a backward through them: a wrong gradient "
+        "(silent) or 'returned an invalid gradient' (fuzz seeds 72619, 73618)",
+        "in-place view ops only on tensors that do not require grad",
+    ),
+    KnownLimit(
+        "tolist-of-conj-view",
+        "docs/runtime.md, Semantics that users see: Known, loud",
+        ".tolist() of a conjugate view of a plain tensor in a session raises 'unallocated "
+        "storage' (fuzz seed 72582)",
+        "no .tolist() of a tensor whose conjugate bit is set",
+    ),
+    KnownLimit(
+        "write-to-empty-input",
+        "docs/runtime.md, Semantics that users see: Known, loud",
+        "an in-place write to an empty plain input a tracked op read gives StaleInputError at "
+        "the recomputation: an empty storage has no address to watch (seeds 61776, 70098)",
+        "no in-place write to a tensor with no elements",
+    ),
+    KnownLimit(
+        "unwatched-writes",
+        "NOTE [ Parameter writes ] rule 4 (tritondtr/runtime/boundary.py)",
+        "a write the session cannot see (after exit, or in a second session to memory the first "
+        "one's recipes read) makes a later recomputation raise StaleInputError or read the new "
+        "contents",
+        "after exit, in-place writes only to a clone made after exit; a run split in two "
+        "sessions splits after the body's last line that writes memory in place",
+    ),
+    KnownLimit(
+        "median-of-overlapping-memory",
+        "PyTorch (eager is wrong): torch 2.13 CPU",
+        "median(dim) and nanmedian(dim) of a tensor with a stride-0 dimension (an expand) give "
+        "wrong values in eager PyTorch: the reference itself is wrong (seeds 60083, 71549)",
+        "median and nanmedian only of tensors with no stride-0 dimension of size > 1",
+    ),
+)
+
+_BY_NAME = {k.name: k for k in KNOWN_LIMITS}
+
+
+def limit(name: str) -> KnownLimit:
+    """The known limit called ``name``; KeyError for a name not in :data:`KNOWN_LIMITS`."""
+    return _BY_NAME[name]
+
+
+def may_inplace_view_op(t: torch.Tensor) -> bool:
+    """inplace-view-op-with-grad."""
+    return not t.requires_grad
+
+
+def may_tolist(t: torch.Tensor) -> bool:
+    """tolist-of-conj-view."""
+    return not t.is_conj()
+
+
+def may_write(t: torch.Tensor) -> bool:
+    """write-to-empty-input."""
+    return t.numel() > 0
+
+
+def may_median(t: torch.Tensor) -> bool:
+    """median-of-overlapping-memory."""
+    return all(s != 0 or n <= 1 for s, n in zip(t.stride(), t.shape))
+
+
+def split_points(writes: list[bool]) -> range:
+    """unwatched-writes: the body lines where a second session may start, given which body
+    lines write memory in place (a split at ``k`` runs lines ``[0, k)`` in the first session):
+    after the last writing line, and leaving each session at least one line."""
+    last = max((i for i, w in enumerate(writes) if w), default=-1)
+    return range(max(last + 1, 1), len(writes))

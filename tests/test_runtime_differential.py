@@ -1,0 +1,162 @@
+"""The differential fuzzer (NOTE [ Differential fuzzer ] in fuzz_check.py) on a fixed set of
+seeds: random programs and small networks under tritondtr (no budget, stress, descending
+budgets) equal eager PyTorch exactly. Plus: the checker catches a planted wrong
+recomputation, the generator is deterministic and avoids the known limits, and the command
+line refuses bad arguments in one line. Longer runs: ``python tests/fuzz_check.py --seeds
+0:5000`` (docs/runtime.md, Tests)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from fuzz_check import Failure, check_program, reference, write_repro
+from fuzz_cli import main as fuzz_main
+from fuzz_limits import KNOWN_LIMITS, may_inplace_view_op, may_median, may_tolist, split_points
+from fuzz_models import check_model
+from fuzz_programs import generate
+from fuzz_reduce import main as reduce_main
+
+import tritondtr.runtime.session as session_module
+
+PROGRAM_SEEDS = range(100)
+MODEL_SEEDS = range(6)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _report(failures: list[Failure]) -> str:
+    return "\n".join(f.line() for f in failures)
+
+
+@pytest.mark.parametrize("seed", PROGRAM_SEEDS, ids=lambda s: f"program{s}")
+def test_program_equals_eager(seed):
+    failures = check_program(seed)
+    assert not failures, _report(failures)
+
+
+@pytest.mark.parametrize("seed", MODEL_SEEDS, ids=lambda s: f"model{s}")
+def test_model_equals_eager(seed):
+    failures = check_model(seed)
+    assert not failures, _report(failures)
+
+
+def _plant_wrong_recomputation(monkeypatch):
+    """Every recomputed floating-point buffer comes back off by one."""
+    real = session_module.run_recipe
+
+    def wrong(*args, **kwargs):
+        out = real(*args, **kwargs)
+        with torch.no_grad():
+            for t in out:
+                if t.dtype.is_floating_point:
+                    t.add_(1)
+        return out
+
+    monkeypatch.setattr(session_module, "run_recipe", wrong)
+
+
+def test_checker_catches_a_planted_wrong_recomputation(monkeypatch):
+    _plant_wrong_recomputation(monkeypatch)
+    for seed in (0, 1):
+        kinds = {f.kind for f in check_program(seed)}
+        assert "mismatch" in kinds, (seed, kinds)
+    assert "mismatch" in {f.kind for f in check_model(0)}
+
+
+def test_cli_writes_a_repro_that_the_reducer_shrinks(monkeypatch, tmp_path, capsys):
+    _plant_wrong_recomputation(monkeypatch)
+    assert fuzz_main(["--seeds", "0:1", "--out", str(tmp_path), "--progress", "0"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAIL mismatch program seed=0") >= 1, out
+    repro = sorted(tmp_path.glob("mismatch-program-0-*.json"))[0]
+    original = Failure.from_json(json.loads(repro.read_text()))
+    assert reduce_main([str(repro)]) == 0
+    reduced = Failure.from_json(json.loads(repro.with_suffix(".reduced.json").read_text()))
+    assert reduced.kind == "mismatch"
+    assert len(reduced.program.body) < len(original.program.body)
+    assert "with tritondtr.enable(" in repro.with_suffix(".reduced.py").read_text()
+
+
+def test_generator_is_deterministic_per_seed():
+    assert generate(7) == generate(7)
+    assert generate(7) != generate(8)
+
+
+def test_known_limits_are_named_and_split_points_follow_the_last_write():
+    names = [k.name for k in KNOWN_LIMITS]
+    assert len(names) == len(set(names)) and all(k.where for k in KNOWN_LIMITS)
+    assert list(split_points([False, True, False, False])) == [2, 3]
+    assert list(split_points([False, False, False])) == [1, 2]
+    assert list(split_points([False, False, True])) == []
+
+
+def test_generated_programs_avoid_the_known_limits(monkeypatch):
+    """The programs of 60 seeds, run eagerly with the excluded calls watched: in-place view ops
+    run (the template is alive) and only on tensors without grad; ``.tolist()`` and median
+    never see what fuzz_limits excludes."""
+    seen, bad = [], []
+
+    def watch(name, ok):
+        real = getattr(torch.Tensor, name)
+
+        def watched(self, *args, **kwargs):
+            seen.append(name)
+            if not ok(self):
+                bad.append(name)
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, watched)
+
+    programs = [generate(s) for s in range(60)]
+    for name in ("t_", "transpose_", "swapdims_", "unsqueeze_", "squeeze_", "as_strided_"):
+        watch(name, may_inplace_view_op)
+    watch("tolist", may_tolist)
+    watch("median", may_median)
+    for prog in programs:
+        reference(prog)
+    assert not bad, bad
+    assert {"tolist", "median"} <= set(seen) and len(set(seen)) > 3, sorted(set(seen))
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        ([], "--seeds"),
+        (["--seeds", "5:1"], "START must be below STOP"),
+        (["--seeds", "abc"], "expected START:STOP"),
+        (["--seeds", "0:2", "--timeout", "-3"], "positive number of seconds"),
+        (["--seeds", "0:2", "--bogus"], "unrecognized arguments"),
+    ],
+    ids=["missing", "reversed", "garbage", "timeout", "unknown"],
+)
+def test_cli_bad_arguments_are_one_line(argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        fuzz_main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert err.startswith("fuzz_check: error: ") and err.count("\n") == 1, err
+    assert words in err and "Traceback" not in err
+
+
+def test_cli_out_that_is_a_file_and_reducer_on_a_bad_file(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("{}")
+    assert fuzz_main(["--seeds", "0:1", "--out", str(f)]) == 2
+    assert reduce_main([str(f)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 2 and "Traceback" not in err, err
+    assert "is not a folder" in err and "not a fuzz_check repro" in err
+
+
+def test_model_repro_is_refused_by_the_reducer(tmp_path, capsys):
+    path = write_repro(tmp_path, Failure("mismatch", "model", 3, None, "losses differ"))
+    assert reduce_main([str(path)]) == 2
+    assert "only a program's failing run can be reduced" in capsys.readouterr().err
