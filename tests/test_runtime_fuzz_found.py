@@ -232,13 +232,11 @@ def test_detach_in_place_of_a_max_pool1d_output():
     assert torch.equal(rt.unwrap(y), ref)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a plain multi-output view (unbind) whose base was written in place, read by an op "
-    "in a session: Session._in asks its is_leaf, which raises in autograd (eager runs the op; "
-    "fuzz seed 103804)",
-)
 def test_read_of_a_multi_output_view_whose_base_was_written():
+    """A plain multi-output view (unbind) whose base was written in place, read by an op in a
+    session: Session._in asked its is_leaf, which raises in autograd; eager runs the op (fuzz
+    seed 103804)."""
+
     def prog(ctx):
         torch.manual_seed(3804)
         a10 = torch.randn(6, 4, dtype=torch.float64).t().requires_grad_()
@@ -274,12 +272,11 @@ def test_gradient_strides_through_masked_select_of_a_transpose():
     assert torch.equal(got, ref) and got.stride() == ref.stride()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="F.normalize of a 0-dim float32 view of float64 bits (-1.66e21): eager's norm "
-    "overflows to inf and gives -0.0, tritondtr gives -1.0 (fuzz seed 105076)",
-)
 def test_normalize_of_a_reinterpreted_scalar():
+    """F.normalize of a 0-dim view of a reduction's output: eager's norm overflows to inf on
+    the view object (-0.0), and gave -1.0 when the runtime handed the norm the reduction's
+    own output, on which PyTorch's kernel does not overflow (fuzz seed 105076)."""
+
     def prog():
         torch.manual_seed(5076)
         torch.randn(4, 6, dtype=torch.float64, requires_grad=True)

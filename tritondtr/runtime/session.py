@@ -453,7 +453,7 @@ class Session:
             v = cell.session.value(v, escape=True)  # external storage or foreign
         elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
             return v
-        elif v.requires_grad and v.is_leaf:
+        elif v.requires_grad and _is_leaf(v):
             self._hook(v)
         elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
             inputs.append(_new_tuple(Input, (key, j, v.clone(), None, None, SNAPSHOT)))
@@ -582,6 +582,15 @@ class Session:
         g = p.grad
         if type(g) in WRAPPER_TYPES and g.grad_fn is None:
             p.grad = g._cell.session.value(g, escape=True)
+
+
+def _is_leaf(t: torch.Tensor) -> bool:
+    """``t.is_leaf``, False where autograd raises for it (a multi-output view, ``unbind``'s,
+    whose base was written in place: a view, so no leaf anyway)."""
+    try:
+        return t.is_leaf
+    except RuntimeError:
+        return False
 
 
 def _any_wrapper(info, args, kwargs) -> bool:
