@@ -7,7 +7,8 @@ table row, byte accounting, freeing of the previous link.
 
 # NOTE [ Dispatch benchmark ]
 # 1. Cases: ``add`` (a fresh output per op), ``view`` (a view of the previous view: a chain
-#    of ``K`` views, no storage), ``view-base`` (a view of the same base each time), ``inplace``
+#    of ``K`` views, no storage), ``view-base`` (a view of the same base each time), ``detach``
+#    (``detach`` of the same base: what autograd does to every output it saves), ``inplace``
 #    (``add_`` on a tracked tensor: a new storage version), ``mm`` (16 x 16 matmul),
 #    ``add+grad`` (``add`` on a tensor that requires grad: autograd records every op).
 # 2. Settings: ``eager``; ``tracking`` (``budget=None``); ``not-binding`` (a budget of 1 GiB,
@@ -38,7 +39,7 @@ from harness import Env, Row, Stats, describe_device, measure, write_csv, write_
 
 from tritondtr.runtime import enable  # noqa: E402
 
-CASES = ("add", "view", "view-base", "inplace", "mm", "add+grad")
+CASES = ("add", "view", "view-base", "detach", "inplace", "mm", "add+grad")
 SETTINGS = {"eager": None, "tracking": {"budget": None}, "not-binding": {"budget": 1 << 30}}
 
 
@@ -70,6 +71,12 @@ def chain(case: str, k: int, numel: int, device: str):
         def run():
             for _ in range(k):
                 y0.view(-1)
+    elif case == "detach":
+        y0 = torch.add(x, w)
+
+        def run():
+            for _ in range(k):
+                y0.detach()
     elif case == "inplace":
         y0 = torch.add(x, w)
 

@@ -64,6 +64,14 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    ``increment_version`` call. (Other ops that
 #    write without that kernel, ``native_batch_norm``'s running statistics or the fused
 #    optimizers, are bumped, or not, by their autograd kernel above the mode, as in eager.)
+# 12. ``detach`` and ``alias`` (``_ALIASES``) return their argument as it is, a view of the
+#    same geometry, and read no data. Autograd detaches every output it saves for the
+#    backward (``SavedVariable`` of a Python subclass dispatches ``detach``: 244 a step of
+#    the GRU loop). On a wrapper of the session such an op is answered at once, as a view
+#    wrapper of the argument (``alias``): no plain op, no clock tick, no use of the storage
+#    (an evicted argument stays evicted), no recipe, no trace event, not in ``stats.ops``.
+#    Except inside ``AccumulateGrad``, which detaches the gradient it stores: that one takes
+#    the full path, after which NOTE [ What is tracked ] rule 4 hooks the leaf.
 """
 
 from __future__ import annotations
@@ -293,10 +301,14 @@ class OpInfo:
     inert: bool = False  # no tensor in, no tensor out (NOTE [ What is tracked ] rule 6)
     may_copy: bool = False  # a view return that may be a copy (NOTE [ Op semantics ] rule 10)
     bump: tuple[int | str, ...] = ()  # written args whose version the session bumps (rule 11)
+    alias: bool = False  # returns its argument, same geometry, reads nothing (rule 12)
     semantics: Semantics = field(default_factory=Semantics)
 
 
 _CACHE: dict[object, OpInfo] = {}
+
+# Ops that return their argument as it is (NOTE [ Op semantics ] rule 12).
+_ALIASES = frozenset({"aten::detach", "aten::alias"})
 
 # Ops whose result is uninitialized memory (NOTE [ What is tracked ] rule 5 in session.py).
 _UNINIT = frozenset(
@@ -398,6 +410,7 @@ def _analyze(func) -> OpInfo:
             or sem.unsupported_grad
             or schema.name in _UNINIT
             or inert
+            or schema.name in _ALIASES
         ),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,
@@ -407,6 +420,7 @@ def _analyze(func) -> OpInfo:
         inert=inert,
         may_copy=any(v is not None for _, v, _ in rets) and _composite(func),
         bump=tuple(written) if written and schema.name.startswith("aten::_foreach_") else (),
+        alias=schema.name in _ALIASES and schema.overload_name == "",
         semantics=sem,
     )
 

@@ -110,7 +110,7 @@ from .recipe import (
 )
 from .semantics import _CACHE, ONE, bump_versions, op_info
 from .stats import SessionStats
-from .tensor import WRAPPER_TYPES, DTRTensor, restride
+from .tensor import WRAPPER_TYPES, DTRTensor, restride, view_wrapper
 
 __all__ = ["Session"]
 
@@ -262,6 +262,15 @@ class Session:
             return restride(info.func, args, kwargs)  # NOTE [ Op semantics ] rule 6
         if self.closed:
             return boundary.call_plain(info, args, kwargs)
+        if info.alias:  # NOTE [ Op semantics ] rule 12
+            src = args[0]
+            node = _autograd_node()  # AccumulateGrad's detach: rule 4's hook, the full path
+            if (
+                type(src) in WRAPPER_TYPES
+                and src._cell.session is self
+                and (node is None or type(node) is not _AccumulateGrad)
+            ):
+                return view_wrapper(src, src, src._view)
         if info.uninit and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
         if info.written:
