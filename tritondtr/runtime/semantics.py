@@ -61,9 +61,9 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    autograd's "modified by an inplace operation" check and recipes' version checks would
 #    miss the write, and views taken before it keep a stale ``grad_fn``. ``bump``: the written
 #    arguments the session bumps after the op, once, as eager does, one tensor per
-#    ``increment_version`` call. (Other ops that
-#    write without that kernel, ``native_batch_norm``'s running statistics or the fused
-#    optimizers, are bumped, or not, by their autograd kernel above the mode, as in eager.)
+#    ``increment_version`` call. (Other ops that write without that kernel,
+#    ``native_batch_norm``'s running statistics or the fused optimizers, are bumped, or not,
+#    by their autograd kernel above the mode, as in eager.)
 # 12. ``detach`` and ``alias`` (``_ALIASES``) return their argument as it is, a view of the
 #    same geometry, and read no data. Autograd detaches every output it saves for the
 #    backward (``SavedVariable`` of a Python subclass dispatches ``detach``: 244 a step of
