@@ -62,6 +62,16 @@ KNOWN_LIMITS = (
         "wrong values in eager PyTorch: the reference itself is wrong (seeds 60083, 71549)",
         "median and nanmedian only of tensors with no stride-0 dimension of size > 1",
     ),
+    KnownLimit(
+        "masked-select-grad-strides",
+        "NOTE [ Op semantics ] rule 7 (tritondtr/runtime/semantics.py)",
+        "the gradient masked_select's backward returns for a non-contiguous input that requires "
+        "grad is contiguous where eager's keeps the input's layout (PyTorch's formula takes an "
+        "out-of-place masked_scatter, which clones contiguous, when grad or mask is a tensor "
+        "subclass); values equal, a leaf's .grad is restrided by autograd, autograd.grad's "
+        "result is not (seed 104688)",
+        "masked_select only of contiguous tensors or tensors that do not require grad",
+    ),
 )
 
 _BY_NAME = {k.name: k for k in KNOWN_LIMITS}
@@ -90,6 +100,11 @@ def may_write(t: torch.Tensor) -> bool:
 def may_median(t: torch.Tensor) -> bool:
     """median-of-overlapping-memory."""
     return all(s != 0 or n <= 1 for s, n in zip(t.stride(), t.shape))
+
+
+def may_masked_select(t: torch.Tensor) -> bool:
+    """masked-select-grad-strides."""
+    return t.is_contiguous() or not t.requires_grad
 
 
 def split_points(writes: list[bool]) -> range:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from fuzz_limits import may_median
+from fuzz_limits import may_masked_select, may_median
 
 TEMPLATES: dict[str, tuple[int, Callable]] = {}
 
@@ -264,13 +264,14 @@ def t_cat(g):
     return f"{g.new()} = " + g.r.choice(forms).format(x=x, y=y)
 
 
+MASKED_SELECT = "torch.masked_select({x}, torch.ones_like({x}, dtype=torch.bool))"
 INDEX = (
     *("{x}[torch.tensor([1, 0, 1])]", "{x}.index_select(0, torch.tensor([0, 0]))", "{x}[[0, 1]]"),
     *("{x}.take(torch.tensor([0, 1]))", "{x}.repeat_interleave(2, dim=0)", "F.pad({x}, (1, 1))"),
     "{x}.gather(0, torch.zeros(1, *{x}.shape[1:], dtype=torch.long))",
     "{x}[{x}.real > 0] if {x}.is_complex() else {x}[{x} > 0] if {x}.dtype != torch.bool "
     "else {x}[{x}]",
-    "torch.masked_select({x}, torch.ones_like({x}, dtype=torch.bool))",
+    MASKED_SELECT,
     "torch.index_put({x}, (torch.tensor([0, 0]),), torch.ones((), dtype={x}.dtype), "
     "accumulate=True)",
     "{x}.scatter(0, torch.zeros(1, *{x}.shape[1:], dtype=torch.long), 1.0) "
@@ -283,7 +284,13 @@ INDEX = (
 
 @template("index", 3)
 def t_index(g):
-    return _one(g, lambda v: is_t(v) and v.dim() >= 1 and v.shape[0] >= 2, INDEX)
+    x = g.pick(lambda v: is_t(v) and v.dim() >= 1 and v.shape[0] >= 2)
+    if x is None:
+        return None
+    form = g.r.choice(INDEX)
+    if form == MASKED_SELECT and not may_masked_select(g.ns[x]):  # masked-select-grad-strides
+        form = form.replace("({x},", "({x}.contiguous(),", 1)
+    return f"{g.new()} = " + form.format(x=x)
 
 
 MODULE = (

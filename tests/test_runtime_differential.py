@@ -14,7 +14,14 @@ import pytest
 import torch
 from fuzz_check import Failure, check_program, reference, write_repro
 from fuzz_cli import main as fuzz_main
-from fuzz_limits import KNOWN_LIMITS, may_inplace_view_op, may_median, may_tolist, split_points
+from fuzz_limits import (
+    KNOWN_LIMITS,
+    may_inplace_view_op,
+    may_masked_select,
+    may_median,
+    may_tolist,
+    split_points,
+)
 from fuzz_models import check_model
 from fuzz_programs import generate
 from fuzz_reduce import main as reduce_main
@@ -100,12 +107,12 @@ def test_known_limits_are_named_and_split_points_follow_the_last_write():
 
 def test_generated_programs_avoid_the_known_limits(monkeypatch):
     """The programs of 60 seeds, run eagerly with the excluded calls watched: in-place view ops
-    run (the template is alive) and only on tensors without grad; ``.tolist()`` and median
-    never see what fuzz_limits excludes."""
+    run (the template is alive) and only on tensors without grad; ``.tolist()``, median and
+    masked_select never see what fuzz_limits excludes."""
     seen, bad = [], []
 
-    def watch(name, ok):
-        real = getattr(torch.Tensor, name)
+    def watch(name, ok, owner=torch.Tensor):
+        real = getattr(owner, name)
 
         def watched(self, *args, **kwargs):
             seen.append(name)
@@ -113,17 +120,20 @@ def test_generated_programs_avoid_the_known_limits(monkeypatch):
                 bad.append(name)
             return real(self, *args, **kwargs)
 
-        monkeypatch.setattr(torch.Tensor, name, watched)
+        monkeypatch.setattr(owner, name, watched)
 
     programs = [generate(s) for s in range(60)]
     for name in ("t_", "transpose_", "swapdims_", "unsqueeze_", "squeeze_", "as_strided_"):
         watch(name, may_inplace_view_op)
     watch("tolist", may_tolist)
     watch("median", may_median)
+    watch("masked_select", may_masked_select, owner=torch)
     for prog in programs:
         reference(prog)
     assert not bad, bad
-    assert {"tolist", "median"} <= set(seen) and len(set(seen)) > 3, sorted(set(seen))
+    assert {"tolist", "median", "masked_select"} <= set(seen) and len(set(seen)) > 3, sorted(
+        set(seen)
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,11 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    when they would be differentiated (``unsupported_grad``); without grad they run. Which
 #    formulas branch depends on the torch version: ``cumprod``'s does before 2.13 (measured
 #    on 2.11, the GPU machines' torch: last-bit gradients in float32 and float64), so it is
-#    refused there only.
+#    refused there only. ``masked_select``'s formula branches on its grad and mask and runs:
+#    the out-of-place ``masked_scatter`` it takes for a subclass clones contiguous, so the
+#    gradient it returns for a non-contiguous input has contiguous strides where eager's
+#    keeps the input's layout. Values are equal and a leaf's ``.grad`` is restrided by
+#    autograd's accumulation; ``autograd.grad``'s result and hooks see the other strides.
 # 8. Some ops return views their schema does not annotate (``_unsafe_view``, which
 #    ``matmul`` and ``reshape`` decompositions use on a fresh intermediate; ``unsafe_split``
 #    and ``unsafe_split_with_sizes``, which ``unsafe_chunk`` and CPU ``lstm_cell`` use on
