@@ -614,3 +614,21 @@ def test_clone_buffer_matches_the_storage_copy():
         assert fast.untyped_storage().nbytes() == nbytes
         assert bytes(fast.untyped_storage()) == bytes(slow.untyped_storage())
         assert fast.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() or not nbytes
+
+
+def test_detach_of_an_evicted_wrapper_recomputes_nothing():
+    """NOTE [ Op semantics ] rule 12: ``detach`` answers with a view wrapper at once, without
+    using its argument's storage: under stress (everything evicted after each op) it
+    recomputes nothing, ticks no clock, and its value is the argument's when read."""
+    x = torch.randn(6, 5, requires_grad=True)
+    with rt.enable(stress=True) as s:
+        y = (x * 2).tanh()
+        remats, now, ops = s.stats.rematerializations, s.core.now, s.stats.ops
+        d = y.detach()
+        assert (s.stats.rematerializations, s.core.now, s.stats.ops) == (remats, now, ops)
+        assert rt.is_tracked(d) and not d.requires_grad
+        assert torch.equal(rt.unwrap(d), (x * 2).tanh().detach())
+        y.sum().backward()
+    x_ref = x.detach().clone().requires_grad_()
+    (x_ref * 2).tanh().sum().backward()
+    assert torch.equal(x.grad, x_ref.grad)
