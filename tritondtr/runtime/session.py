@@ -222,10 +222,10 @@ class Session:
         self._hooks.clear()
         self.reads.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
-        self.core.close()
-        for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly
-            if p is not None:
+        for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly,
+            if p is not None:  # handed out while the budget still holds (evictions allowed)
                 self._on_grad(p)
+        self.core.close()
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
