@@ -15,8 +15,10 @@ import warnings
 
 import fuzz_effects  # noqa: F401  (registers its templates)
 from fuzz_templates import TEMPLATES, is_t
+from fuzz_templates2 import HEADER2, HEADER2_NAMES
 
-HEADER = """
+HEADER = (
+    """
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -46,7 +48,9 @@ class Dirty(torch.autograd.Function):
 def blk(x):
     return (x.sin() * x.cos()).tanh() + x
 """
-HEADER_NAMES = frozenset({"torch", "F", "checkpoint", "Sq", "Dirty", "blk"})
+    + HEADER2
+)
+HEADER_NAMES = frozenset({"torch", "F", "checkpoint", "Sq", "Dirty", "blk"}) | HEADER2_NAMES
 
 LEAVES = (
     "a0 = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)",

@@ -170,3 +170,18 @@ def test_model_repro_is_refused_by_the_reducer(tmp_path, capsys):
     path = write_repro(tmp_path, Failure("mismatch", "model", 3, None, "losses differ"))
     assert reduce_main([str(path)]) == 2
     assert "only a program's failing run can be reduced" in capsys.readouterr().err
+
+
+def test_widened_templates_are_alive_and_hand_set_grads_are_plain():
+    """fuzz_templates2's families appear in the programs of 100 seeds, and a ``.grad`` is set
+    by hand only on a first leaf, under no_grad (known limit hand-assigned-wrapper-grad)."""
+    sources = [generate(s).source() for s in range(100)]
+    text = "\n".join(sources)
+    for marker in ("bmm(", "reduction=", "view_as_complex(", "SaveOut.apply(", "TwoOut.apply("):
+        assert marker in text, marker
+    for marker in (".unfold(-1, 2, 2); _t", "saved_tensors_hooks", "requires_grad_(False)"):
+        assert marker in text, marker
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if ".grad = torch" in line:
+            assert line.lstrip().startswith("a") and "no_grad" in lines[i - 1], line
