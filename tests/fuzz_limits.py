@@ -74,11 +74,10 @@ KNOWN_LIMITS = (
     ),
     KnownLimit(
         "hand-assigned-wrapper-grad",
-        "tests/test_runtime_fuzz_found2.py (strict xfails, fuzz seeds 300075, 300282, 300351)",
-        "a wrapper assigned by hand to a .grad in a session (p.grad = torch.ones_like(p)): "
-        "on a plain leaf, evicted, it is rematerialized at exit after the budget stopped "
-        "being kept (peak over budget, twin counts differ); on a tensor the session made it "
-        "stays a wrapper after exit",
+        "tests/test_runtime_fuzz_found2.py (strict xfail, fuzz seed 300075; seeds 300282 and "
+        "300351, the plain-leaf case, are fixed and stay excluded until the limit goes)",
+        "a wrapper assigned by hand to the .grad of a tensor the session made stays a "
+        "wrapper after exit (autograd's own accumulation gives a plain .grad there)",
         "a hand-assigned .grad only on the program's first leaves (a0, a1, ...) and only a "
         "plain tensor (made under no_grad from the leaf)",
     ),

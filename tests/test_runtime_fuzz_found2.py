@@ -28,14 +28,11 @@ def _assigned_grad_run(budget: int):
     return rec
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Session._close hands out a hand-assigned .grad (p.grad = wrapper) after "
-    "core.close(): the evicted gradient is rematerialized with no eviction to make room, so "
-    "the peak exceeds budget + largest op output (768 > 400 + 192) and the twin, which keeps "
-    "the budget there, evicts once more (fuzz seeds 300282, 300351)",
-)
 def test_hand_assigned_grad_rematerialized_at_exit_keeps_the_budget():
+    """Session._close handed out a hand-assigned .grad (p.grad = wrapper) after core.close():
+    the evicted gradient was recomputed with no eviction to make room (peak 768 > 400 + 192)
+    and the twin, which keeps the budget there, evicted once more (fuzz seeds 300282,
+    300351). It is now handed out before the core closes."""
     budget = 400
     rec = _assigned_grad_run(budget)
     s = rec.session.stats
