@@ -62,13 +62,11 @@ def test_hand_assigned_grad_of_a_session_made_leaf_is_plain_after_exit():
     assert type(v.grad) is torch.Tensor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="assigning .data of a tensor the session made (c.data = t) is silently ignored: c "
-    "keeps its old value, and so do the ops and the gradient that read it (hand probe of the "
-    "widened generator's families, not yet a template)",
-)
 def test_data_assignment_of_a_session_made_tensor():
+    """Assigning .data of a tensor the session made (c.data = t) was silently ignored: c kept
+    its old value, and so did the ops and the gradient that read it (hand probe of helper-22's
+    widened families). The wrapper now takes t's cell and view (DTRTensor.data)."""
+
     def prog():
         torch.manual_seed(0)
         a = torch.randn(4, dtype=torch.float64, requires_grad=True)
@@ -82,3 +80,15 @@ def test_data_assignment_of_a_session_made_tensor():
     with rt.enable(budget=None):
         got = prog()
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def test_plain_data_assignment_to_a_session_made_tensor_is_refused():
+    """``c.data = plain`` would give the wrapper a storage of its own behind the runtime's
+    back: refused with a clear error, and ``c`` keeps its value."""
+    z = torch.zeros(3)
+    with rt.enable(budget=None):
+        c = torch.randn(3) * 1
+        before = rt.unwrap(c).clone()
+        with pytest.raises(rt.UnsupportedOpError, match=r"\.data"):
+            c.data = z
+        assert torch.equal(rt.unwrap(c), before)

@@ -45,6 +45,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
 from .dynamo import opaque
+from .errors import UnsupportedOpError
 
 __all__ = [
     "VIEW_CHAIN_LIMIT",
@@ -60,6 +61,7 @@ __all__ = [
 VIEW_CHAIN_LIMIT = 16  # NOTE [ View chains ] rule 2
 
 _DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+_DATA = torch._C.TensorBase.data  # the C descriptor of ``.data``
 _get_creation_meta = torch._C._autograd._get_creation_meta
 _set_creation_meta = torch._C._autograd._set_creation_meta
 _CreationMeta = torch._C._autograd.CreationMeta
@@ -125,6 +127,24 @@ class DTRTensor(torch.Tensor):
         plain = self._cell.session.value(self, escape=False)
         with _disable_current_modes():  # a conj or neg bit is resolved by a dispatched op
             return plain.tolist()
+
+    @property
+    def data(self) -> torch.Tensor:
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        """``t.data = new``: autograd's ``set_data`` copies ``new``'s metadata into ``t``; the
+        wrapper also takes ``new``'s cell and view, so its value is ``new``'s (left alone, it
+        kept reading its old storage: a silent wrong value)."""
+        if type(new) not in WRAPPER_TYPES:  # set_data would give it a storage of its own
+            raise UnsupportedOpError(
+                "assigning a plain tensor to .data",
+                "a tracked tensor can only take the data of another tracked tensor",
+                "Write it in place (t.copy_(new)), or use the plain tensor itself.",
+            )
+        _DATA.__set__(self, new)
+        self._cell, self._view, self._depth = new._cell, new._view, new._depth
 
     def numpy(self, *, force: bool = False):
         if self.requires_grad and not force:
