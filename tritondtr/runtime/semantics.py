@@ -390,6 +390,7 @@ def _analyze(func) -> OpInfo:
     tags = func.tags
     inplace_view = torch.Tag.inplace_view in tags and sem.unsupported is None
     inert = not args and all(kind == OTHER for kind, _, _ in rets)
+    alias = schema.name in _ALIASES and schema.overload_name == ""  # rule 12
     flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) else None
     return OpInfo(
         func=func,
@@ -414,7 +415,7 @@ def _analyze(func) -> OpInfo:
             or sem.unsupported_grad
             or schema.name in _UNINIT
             or inert
-            or schema.name in _ALIASES
+            or alias
         ),
         never_evict=sem.never_evict,
         unsupported=sem.unsupported,
@@ -424,7 +425,7 @@ def _analyze(func) -> OpInfo:
         inert=inert,
         may_copy=any(v is not None for _, v, _ in rets) and _composite(func),
         bump=tuple(written) if written and schema.name.startswith("aten::_foreach_") else (),
-        alias=schema.name in _ALIASES and schema.overload_name == "",
+        alias=alias,
         semantics=sem,
     )
 

@@ -264,13 +264,10 @@ class Session:
             return boundary.call_plain(info, args, kwargs)
         if info.alias:  # NOTE [ Op semantics ] rule 12
             src = args[0]
-            node = _autograd_node()  # AccumulateGrad's detach: rule 4's hook, the full path
-            if (
-                type(src) in WRAPPER_TYPES
-                and src._cell.session is self
-                and (node is None or type(node) is not _AccumulateGrad)
-            ):
-                return view_wrapper(src, src, src._view)
+            if type(src) in WRAPPER_TYPES and src._cell.session is self:
+                node = _autograd_node()  # AccumulateGrad's detach: rule 4's hook, full path
+                if node is None or type(node) is not _AccumulateGrad:
+                    return view_wrapper(src, src, src._view)
         if info.uninit and not _any_wrapper(info, args, kwargs):
             return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
         if info.written:
