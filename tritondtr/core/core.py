@@ -63,6 +63,21 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # 3. The driver calls ``release_inputs`` where it unlocks the inputs ``use`` reported
 #    locked (after the op ran, and on any error): deferred inputs are dropped and the ones
 #    locked since are unlocked.
+
+# NOTE [ Evicted inputs first ]
+# 1. ``use`` makes the inputs of an op resident one by one, in argument order, and each
+#    stays locked until the op ran; so the recomputation of an evicted input runs beside
+#    the inputs before it, locked. In a backward pass these are often large and cheap to
+#    get back: ``gelu_backward(grad, h)`` locks the 1 MB gradient while the chain that
+#    rebuilds ``h`` from the last resident activation needs that room.
+# 2. So once the engine is built (nothing is ever evicted before), the driver first hands
+#    the op's tracked inputs, in argument order, to :meth:`Core.use_evicted`, which
+#    materializes the evicted ones (each left locked for the caller) before any resident
+#    input is used; then ``use`` runs on every input as before. A resident input that the
+#    first pass evicted is recomputed by its ``use``, beside the inputs already there.
+# 3. The runtime and the twin call it with the same storages in the same order (the
+#    inputs as the op records them), so their decisions stay the same. Measured on the
+#    twin: docs/simulator.md, the policy sweep, "Session 12".
 """
 
 from __future__ import annotations
@@ -293,6 +308,17 @@ class Core(Evictor, Rematerializer, Anchors):
             self.deferred.append(sid)
         self.engine.access(self.eslot[sid], self.now)
         return locked
+
+    def use_evicted(self, sids: list[int], locked: list[int]) -> None:
+        """NOTE [ Evicted inputs first ]: make resident the evicted storages among ``sids``
+        (the op's tracked inputs, in argument order) before any of its inputs is used; each
+        one recomputed is appended to ``locked`` (locked once; the caller unlocks it after
+        the op ran, or on error)."""
+        state = self.state
+        for sid in sids:
+            if state[sid] == EVICTED:
+                self.materialize(sid)
+                locked.append(sid)
 
     def lock_inputs(self) -> None:
         """NOTE [ Deferred locks ] rule 2: lock the inputs :meth:`use` deferred, now that

@@ -22,6 +22,16 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    recomputations of over 1,000 rematerializations. Only when the first stage unpins
 #    nothing are the others unpinned too. Measured on the twin: see docs/benchmarks.md,
 #    Measurements behind the NOTEs, Backward storages.
+# 4. Between the two stages, a middle one: those whose recomputation needs at most
+#    ``_BW_WALK`` (8) evicted backward storages (a walk up their evicted backward
+#    ancestors, stopped at resident ones). A gradient read by one cheap op from a resident
+#    gradient (``mm`` of ``mul(g, mask)`` while ``g`` stays) comes back with a few
+#    recomputations; the running sum of the residual stream's gradient, whose addends were
+#    released, comes back only by running the backward pass again from the loss. Without
+#    this stage both were unpinned at once when the first stage found nothing, and TinyGPT
+#    at 10 % of its peak evicted the residual gradient and thrashed (11,000 to 13,000
+#    rematerializations a step on the twin; measured: docs/simulator.md, the policy sweep,
+#    "Session 12").
 
 # NOTE [ One victim first ]
 # 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
@@ -113,6 +123,7 @@ _DESCENDANTS = (Heuristic.DTR, Heuristic.DTR_EQ)  # NOTE [ Unheld storages ] rul
 _MAX_WALK = 32  # ibid. rule 4: more evicted ancestors than this, and the engine's score stands
 _MAX_VISITS = 512  # ibid.: ancestors visited per choice, all walks together
 _BOUND, _EXACT, _CAPPED = 0, 1, 2  # ibid. rule 6: what a kept sum is
+_BW_WALK = 8  # NOTE [ Backward storages ] rule 4: evicted backward ancestors, at most
 
 
 class Evictor:
@@ -283,7 +294,7 @@ class Evictor:
                 assert len(seen) > _MAX_WALK, f"storage {sid}: capped with {len(seen)} ancestors"
 
     def _unpin_backward(self) -> bool:
-        """NOTE [ Backward storages ] rules 2 and 3; False if nothing was unpinned."""
+        """NOTE [ Backward storages ] rules 2 to 4; False if nothing was unpinned."""
         state, pinned, in_bw = self.state, self.pinned, self.in_bw
         anchored = self.anchored  # NOTE [ Anchored storages ] rule 4
         live = []
@@ -296,6 +307,8 @@ class Evictor:
         cheap = [
             sid for sid in live if not any(state[i] == EVICTED and backward[i] for i in inputs[sid])
         ]
+        if not cheap:  # rule 4
+            cheap = [sid for sid in live if self._few_backward_ancestors(sid)]
         if cheap:  # rule 3
             keep = set(cheap)
             self.bw = [sid for sid in live if sid not in keep]
@@ -308,6 +321,20 @@ class Evictor:
         self.stats.backward_unpins += bool(cheap)
         self.bw_forced = self.bw_forced or bool(cheap)  # NOTE [ Unheld storages ] rule 5
         return bool(cheap)
+
+    def _few_backward_ancestors(self, sid: int) -> bool:
+        """NOTE [ Backward storages ] rule 4: does recomputing ``sid`` need at most
+        ``_BW_WALK`` evicted backward storages?"""
+        state, backward, inputs = self.state, self.backward, self.inputs
+        seen, todo = set(), [sid]
+        while todo:
+            for i in inputs[todo.pop()]:
+                if state[i] == EVICTED and backward[i] and i not in seen:
+                    if len(seen) == _BW_WALK:
+                        return False
+                    seen.add(i)
+                    todo.append(i)
+        return True
 
     def over_budget(self) -> bool:
         """Would :meth:`make_room` evict now? (NOTE [ Budget accounting ] rule 2)"""

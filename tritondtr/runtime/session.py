@@ -88,6 +88,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
+from ..residency import EVICTED
 from . import boundary
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
@@ -299,6 +300,8 @@ class Session:
         self.depth += 1
         core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
+            if not core.lazy:  # NOTE [ Evicted inputs first ] in core/core.py
+                self._use_evicted(info, args, kwargs, locked)
             inputs, parents, wrote = [], [], []
             written = info.written
             pargs = list(args)
@@ -415,6 +418,25 @@ class Session:
         st.op_counts[info.name] += 1
         core.end()
         return out
+
+    def _use_evicted(self, info, args, kwargs, locked: list[int]) -> None:
+        """NOTE [ Evicted inputs first ] in core/core.py: the op's tracked inputs, in the
+        order ``_in`` records them, to ``Core.use_evicted`` if one of them is evicted."""
+        sids, evicted, state = [], False, self.core.state
+        n = len(args)
+        for i, kind, name in info.args:
+            v = kwargs.get(name) if name is not None else args[i] if i < n else None
+            if v is None:
+                continue
+            for t in (v,) if kind == ONE else v:
+                if type(t) in WRAPPER_TYPES:
+                    cell = t._cell
+                    st = cell.storage
+                    if cell.session is self and st.recipe is not None:
+                        sids.append(st.sid)
+                        evicted = evicted or state[st.sid] == EVICTED
+        if evicted:
+            self.core.use_evicted(sids, locked)
 
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""

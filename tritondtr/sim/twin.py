@@ -263,6 +263,7 @@ class _Twin:
         locked go to ``locked``, those that are its parents (not ``BLANK``) to ``parents``."""
         core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
         inputs, in_flags = self.inputs, self.in_flags
+        used = []
         for p in range(self.in_ptr[o], self.in_ptr[o + 1]):
             b = base[inputs[p]]
             if b < 0:
@@ -270,10 +271,14 @@ class _Twin:
             s = sid_of[b]
             if s < 0 or state[s] == EXTERNAL:
                 continue
-            if core.use(s):
-                locked.append(s)
+            used.append(s)
             if not in_flags[p] & _BLANK:
                 parents.append(s)
+        if not core.lazy:  # NOTE [ Evicted inputs first ] in core/core.py
+            core.use_evicted(used, locked)
+        for s in used:
+            if core.use(s):
+                locked.append(s)
 
     def _attempt(self, o: int) -> None:
         """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
