@@ -11,7 +11,9 @@ models built from config, and the DTR authors' logs.
 #    from small configs (2 layers, hidden 64, 4 heads, vocabulary 512, batch 4 x 32 tokens,
 #    random init, CPU, eager attention), Adam. Without ``transformers`` they are skipped with
 #    a printed reason, never an error.
-# 4. The DTR authors' logs are read from ../shared/traces/dtr-prototype/ (never copied into
+# 4. ``tinygpt``: the demo's model (``tritondtr.tinygpt``, default config), batch 8, AdamW,
+#    its first step (NOTE [ The demo ] in tritondtr/demo.py trains it the same way).
+# 5. The DTR authors' logs are read from ../shared/traces/dtr-prototype/ (never copied into
 #    the project); without that folder they are skipped with a printed reason.
 """
 
@@ -39,6 +41,7 @@ __all__ = [
     "hf_model",
     "hf_step",
     "record",
+    "tinygpt_step",
     "zoo_step",
 ]
 
@@ -61,6 +64,25 @@ def gru_step() -> Step:
         for t in range(40):
             h = cell(x[t], h)
         h.square().mean().backward()
+        opt.step()
+
+    return step
+
+
+def tinygpt_step() -> Step:
+    """NOTE [ Recorded steps ] rule 4: one step of the demo's model."""
+    from tritondtr.tinygpt import GPTConfig, TinyGPT, batches
+
+    config = GPTConfig()
+    torch.manual_seed(0)
+    model = TinyGPT(config)
+    ((x, y),) = batches(config, 1, 8, 0, "cpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
         opt.step()
 
     return step
