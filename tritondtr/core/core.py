@@ -74,7 +74,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    the op's tracked inputs, in argument order, to :meth:`Core.use_evicted`, which
 #    materializes the evicted ones (each left locked for the caller) before any resident
 #    input is used; then ``use`` runs on every input as before. A resident input that the
-#    first pass evicted is recomputed by its ``use``, beside the inputs already there.
+#    first pass evicted is recomputed by its ``use``, beside the inputs already there. An op
+#    reading one tensor needs no first pass (its ``use`` makes the same decisions), so the
+#    runtime skips it there (``OpInfo.several``).
 # 3. The runtime and the twin call it with the same storages in the same order (the
 #    inputs as the op records them), so their decisions stay the same. Measured on the
 #    twin: docs/simulator.md, the policy sweep, "Session 12".

@@ -300,7 +300,7 @@ class Session:
         self.depth += 1
         core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
-            if not core.lazy:  # NOTE [ Evicted inputs first ] in core/core.py
+            if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
                 self._use_evicted(info, args, kwargs, locked)
             inputs, parents, wrote = [], [], []
             written = info.written
