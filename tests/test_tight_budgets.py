@@ -1,6 +1,6 @@
-"""Rules for budgets close to an op's working set: NOTE [ Backward storages ] rule 4 in
-tritondtr/core/evict.py (a core driven directly with a counting executor) and NOTE [ Evicted
-inputs first ] in tritondtr/core/core.py (the runtime against eager, and its twin)."""
+"""Rules for tight budgets: NOTE [ Backward storages ] rule 4 in tritondtr/core/evict.py,
+NOTE [ Evicted inputs first ] and NOTE [ Readers before release ] in tritondtr/core/core.py;
+a core driven directly with a counting executor, and the runtime against eager and its twin."""
 
 from __future__ import annotations
 
@@ -96,3 +96,105 @@ def test_an_evicted_input_is_recomputed_before_the_resident_ones_are_locked():
         st.rematerializations,
         st.peak_bytes,
     )
+
+
+def _reader_scene(budget: int):
+    """``x`` (resident, held) and ``d`` read from it alone (held, evicted): 100 bytes each."""
+    ex = Counting()
+    core = Core(budget, "dtr_eq", ex, backend="torch")
+    core.start(torch.device("cpu"))
+    core.sync()
+    core.begin("x")
+    x = core.new(100, 1.0, (), "x")
+    core.end()
+    core.begin("d")
+    d = core.new(100, 1.0, (x,), "d")
+    core.end()
+    core.drop(d)  # evicted, as the budget would
+    return core, ex, x, d
+
+
+def test_a_held_reader_is_rematerialized_before_its_input_is_released():
+    """NOTE [ Readers before release ] rule 2: once ``x`` is freed, ``d`` would cost ``x``'s
+    recomputation too; while ``x`` is resident it costs one op."""
+    core, ex, x, d = _reader_scene(10**6)
+    core.release(x)
+    assert ex.recomputed == [d] and ex.freed == [d, x]
+    assert core.state[d] == RESIDENT and core.state[x] == EVICTED
+    assert core.stats.rematerializations == 1
+    core.check_invariants()
+
+
+def test_no_reader_is_rematerialized_when_that_would_evict():
+    core, ex, x, d = _reader_scene(150)  # 100 resident: within the budget, d would fit ...
+    core.budget = 99  # ... not now: over the budget, rematerializing d must evict nothing
+    core.release(x)
+    assert ex.recomputed == [] and core.state[d] == EVICTED
+    core.check_invariants()
+
+
+def test_an_in_place_version_hands_out_its_old_buffer_without_readers():
+    """The old version of an in-place write is overwritten: its readers are not recomputed
+    from it (only ``release`` and an escape apply the rule)."""
+    core, ex, x, d = _reader_scene(10**6)
+    core.hand_out(x)
+    assert ex.recomputed == [] and core.state[d] == EVICTED
+    core.check_invariants()
+
+
+def test_readers_before_release_in_the_runtime_and_its_twin():
+    """``t = tanh(c)`` evicted, ``c`` made resident again, then ``c``'s last wrapper dies:
+    ``t`` is recomputed from ``c`` at once (two rematerializations in all; three without
+    the rule: ``c`` again, then ``t``), values equal to eager, the twin's counts equal."""
+    torch.manual_seed(0)
+    x = torch.randn(256)
+
+    def prog(session=None):
+        c = x * 2
+        t = torch.tanh(c)
+        if session is not None:
+            session.evict_all()
+        s = c.sum()
+        del c
+        return s, t * 3
+
+    ref = prog()
+    with tritondtr.trace(None, budget=1 << 20, cost="analytic") as rec:
+        got = prog(rec.session)
+    assert all(torch.equal(rt.unwrap(a), b) for a, b in zip(got, ref))
+    st = rec.stats
+    assert st.rematerializations == 2
+    twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
+    assert (twin.evictions, twin.remats, twin.peak_bytes) == (
+        st.evictions,
+        st.rematerializations,
+        st.peak_bytes,
+    )
+
+
+def test_inputs_made_resident_give_way_to_one_that_does_not_fit_beside_them():
+    """NOTE [ Evicted inputs first ] rule 4: ``a`` (200 B) is made resident first and locked;
+    ``b`` needs its released parent ``p`` beside it, 300 B of a 250 B budget with ``a``
+    locked. ``a`` gives way (evicted for ``b``), and the next round brings it back beside
+    ``b``: every input resident, no BudgetError counted."""
+    ex = Counting()
+    core = Core(10**6, "dtr_eq", ex, backend="torch")
+    core.start(torch.device("cpu"))
+    core.sync()
+    sid = {}
+    for name, size, inputs in (("a", 200, ()), ("p", 100, ()), ("b", 100, ("p",))):
+        core.begin(name)
+        sid[name] = core.new(size, 1.0, tuple(sid[i] for i in inputs), name)
+        core.end()
+    core.release(sid["p"])
+    core.drop(sid["a"])
+    core.drop(sid["b"])
+    core.budget = 250
+    locked = []
+    core.use_evicted([sid["a"], sid["b"]], locked)
+    assert core.state[sid["a"]] == RESIDENT and core.state[sid["b"]] == RESIDENT
+    assert locked == [sid["b"], sid["a"]] and core.stats.budget_errors == 0
+    assert ex.recomputed == [sid["a"], sid["p"], sid["b"], sid["a"]]
+    for s in locked:
+        core.unlock(s)
+    core.check_invariants()

@@ -64,6 +64,27 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    locked (after the op ran, and on any error): deferred inputs are dropped and the ones
 #    locked since are unlocked.
 
+# NOTE [ Readers before release ]
+# 1. When the program's last wrapper of a resident storage ``x`` dies, ``release`` frees its
+#    buffer. An evicted storage ``d`` that a wrapper still holds and that reads ``x`` (an
+#    LSTM's ``tanh(c_t)``, saved for the backward, and ``c_t``) was one op away while ``x``
+#    was resident; once ``x`` is freed, recomputing ``d`` means recomputing ``x`` and its
+#    evicted ancestors first (``c_t`` from the gates, the gates from two ``addmm``).
+# 2. So before freeing ``x``, each such ``d`` all of whose inputs are resident is
+#    rematerialized, if that evicts nothing: only while the resident bytes are within the
+#    budget (its buffer is then counted like any recomputation's output, NOTE [ Budget
+#    accounting ] rule 2, and ``x``'s bytes leave right after). ``d`` keeps its last access
+#    (the program did not read it: NOTE [ A recomputation is not a use ] in remat.py; with
+#    ``now`` the twin's sweep was the same but for two runs: Llama at 30 % 27.0 % extra
+#    compute against 23.4 %, the LSTM at 20 % 79.2 % against 81.5 %). Not under ``stress``,
+#    nor once the session closed.
+# 3. The core keeps, per storage, the storages whose recipes read it (``readers``, an
+#    insertion-ordered dict per storage), built when the engine is built (a lazy core has
+#    no evicted storage a wrapper holds) and kept by ``new``, ``externalize`` and ``forget``.
+# 4. Measured on the twin (docs/simulator.md, the policy sweep, "Session 12"): the TreeLSTM's
+#    extra compute at 50 % of its peak 29.6 % -> 20.7 %, the LSTM's 20.9 % -> 20.3 %; two runs
+#    got worse (the LSTM at 20 %, Llama at 40 %), listed there.
+
 # NOTE [ Evicted inputs first ]
 # 1. ``use`` makes the inputs of an op resident one by one, in argument order, and each
 #    stays locked until the op ran; so the recomputation of an evicted input runs beside
@@ -80,6 +101,17 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # 3. The runtime and the twin call it with the same storages in the same order (the
 #    inputs as the op records them), so their decisions stay the same. Measured on the
 #    twin: docs/simulator.md, the policy sweep, "Session 12".
+# 4. The inputs it made resident stay locked while the next evicted one is recomputed; the
+#    inputs that were resident are not locked, so a recomputation may evict one. So it runs
+#    in rounds until every input is resident (at most one more round than inputs; ``use``
+#    recomputes what is still evicted after that, under the locks). When a recomputation
+#    raises BudgetError (not ThrashError), the inputs it made resident before are unlocked
+#    and it is tried once more without them; a later round brings them back. The zoo's MLP
+#    at 20 % of its peak needs both once NOTE [ Readers before release ] changed which
+#    storages are resident in its backward (tests/test_runtime_zoo.py): ``mm(g, x)`` found
+#    ``g`` resident and ``x`` evicted, ``x``'s recomputation evicted ``g``, and ``g``'s chain
+#    did not fit beside ``x``. Nothing is held by the driver yet (the runtime reads no buffer
+#    before this pass), so the memory given back is real.
 """
 
 from __future__ import annotations
@@ -91,7 +123,7 @@ import torch
 from ..engine import Engine
 from ..residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from .anchors import Anchors
-from .errors import BudgetError
+from .errors import BudgetError, ThrashError
 from .evict import Evictor
 from .remat import Rematerializer
 from .stats import CoreStats
@@ -186,6 +218,10 @@ class Core(Evictor, Rematerializer, Anchors):
         self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
+        # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
+        self.readers: dict[int, dict[int, None]] | None = (
+            {} if budget is not None and not stress else None
+        )
 
     # ---------------------------------------------------------------- storages
     def start(self, device: torch.device) -> None:
@@ -242,6 +278,14 @@ class Core(Evictor, Rematerializer, Anchors):
         return sid
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
+        readers = self.readers
+        if readers is not None:  # NOTE [ Readers before release ] rule 3
+            for i in self.inputs[sid]:
+                r = readers.get(i)
+                if r is None:
+                    readers[i] = {sid: None}
+                else:
+                    r[sid] = None
         eslot = self.eslot
         parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
         slot = self.engine.new(
@@ -316,11 +360,29 @@ class Core(Evictor, Rematerializer, Anchors):
         (the op's tracked inputs, in argument order) before any of its inputs is used; each
         one recomputed is appended to ``locked`` (locked once; the caller unlocks it after
         the op ran, or on error)."""
-        state = self.state
-        for sid in sids:
-            if state[sid] == EVICTED:
-                self.materialize(sid)
+        state, mine = self.state, []
+        for _ in range(len(sids) + 1):  # rule 4: rounds, until every input is resident
+            todo = [sid for sid in sids if state[sid] == EVICTED]
+            if not todo:
+                return
+            for sid in todo:
+                if state[sid] != EVICTED:  # listed twice
+                    continue
+                try:
+                    self.materialize(sid)
+                except ThrashError:
+                    raise
+                except BudgetError:
+                    if not mine:
+                        raise
+                    self.stats.budget_errors -= 1  # rule 4: retried, not raised
+                    for m in mine:  # rule 4: the inputs made resident before it give way
+                        self.unlock(m)
+                        locked.remove(m)
+                    mine.clear()
+                    self.materialize(sid)
                 locked.append(sid)
+                mine.append(sid)
 
     def lock_inputs(self) -> None:
         """NOTE [ Deferred locks ] rule 2: lock the inputs :meth:`use` deferred, now that
@@ -371,14 +433,41 @@ class Core(Evictor, Rematerializer, Anchors):
     def release(self, sid: int) -> None:
         """The program's last wrapper of ``sid`` died: free its buffer now; it stays
         recomputable for its dependents until :meth:`forget`."""
-        self.held[sid] = 0
         if self.state[sid] == RESIDENT and sid not in self.anchored:  # anchors: rule 2
+            self._before_release(sid)
+            self.held[sid] = 0
             self.drop(sid)
             self.stats.freed += 1
+        self.held[sid] = 0
 
-    def hand_out(self, sid: int) -> None:
+    def _before_release(self, sid: int) -> None:
+        """NOTE [ Readers before release ] rule 2: rematerialize the evicted storages a
+        wrapper holds that read resident ``sid`` and nothing else evicted, while nothing must
+        be evicted for them. ``sid`` is still held: no recomputation takes its buffer (NOTE
+        [ Consumed versions ] in remat.py)."""
+        if not self.readers or self.lazy or self.closed:
+            return
+        readers = self.readers.get(sid)
+        if not readers:
+            return
+        state, held, inputs = self.state, self.held, self.inputs
+        for d in list(readers):
+            if (
+                state[d] == EVICTED
+                and held[d]
+                and not self.over_budget()
+                and all(state[i] != EVICTED for i in inputs[d])
+            ):
+                self.materialize(d, use=False)
+                self.unlock(d)
+
+    def hand_out(self, sid: int, escape: bool = False) -> None:
         """``sid``'s buffer now belongs to a plain tensor outside: stop counting it (it
-        stays in the graph, evicted, for its dependents)."""
+        stays in the graph, evicted, for its dependents). ``escape``: handed to the program
+        as it is (not overwritten by an in-place op): NOTE [ Readers before release ] applies
+        as it does to :meth:`release`, which the twin replays it as."""
+        if escape and sid not in self.anchored:
+            self._before_release(sid)
         self.held[sid] = 0
         self.drop(sid)
 
@@ -415,9 +504,20 @@ class Core(Evictor, Rematerializer, Anchors):
                 raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
+        if self.readers:
+            self._unread(sid)
         self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
         self.anchored.pop(sid, None)
         self.executor.keep(sid)
+
+    def _unread(self, sid: int) -> None:
+        """NOTE [ Readers before release ] rule 3: ``sid`` reads nothing from now on."""
+        readers = self.readers
+        readers.pop(sid, None)
+        for i in self.inputs[sid]:
+            r = readers.get(i)
+            if r is not None:
+                r.pop(sid, None)
 
     def forget(self, sid: int) -> None:
         """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core."""
@@ -431,6 +531,8 @@ class Core(Evictor, Rematerializer, Anchors):
             slot = self.eslot[sid]
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
+        if self.readers:
+            self._unread(sid)
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
         self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
@@ -486,3 +588,9 @@ class Core(Evictor, Rematerializer, Anchors):
         )
         for sid in self.anchored:
             assert self.state[sid] == RESIDENT, f"storage {sid}: anchored, not resident"
+        if self.readers is not None and not self.lazy:  # NOTE [ Readers before release ]
+            for sid, st in enumerate(self.state):
+                if st in (RESIDENT, EVICTED):
+                    for i in self.inputs[sid]:
+                        if self.state[i] != EXTERNAL:
+                            assert sid in self.readers.get(i, ()), f"{sid}: not a reader of {i}"

@@ -122,8 +122,10 @@ class Rematerializer:
     """The rematerialization plan of :class:`~tritondtr.core.Core` (NOTE [ Iterative
     rematerialization ]); uses the core's lists, engine, executor and counters."""
 
-    def materialize(self, target: int) -> None:
-        """Make ``target`` resident, leaving it locked once (the caller unlocks it)."""
+    def materialize(self, target: int, use: bool = True) -> None:
+        """Make ``target`` resident, leaving it locked once (the caller unlocks it). ``use``:
+        the program reads it now (NOTE [ A recomputation is not a use ]); False for a
+        recomputation the core makes on its own (NOTE [ Readers before release ] in core.py)."""
         self.sync()  # a lazy core drops only dead buffers, never one a caller asks for
         prof = torch.profiler.record_function("tritondtr::rematerialize") if _profiling() else None
         if prof is not None:
@@ -156,7 +158,9 @@ class Rematerializer:
                                 locks.append(i)
                     try:
                         self.recompute(
-                            sid, sid == target or bool(self.held[sid]), self._consumable(sid, locks)
+                            sid,
+                            use if sid == target else bool(self.held[sid]),
+                            self._consumable(sid, locks),
                         )
                     except BudgetError:
                         if relaxed >= 2 * len(pushed) or not self._relax(stack):

@@ -71,7 +71,7 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
             buf = s.buf
             if escape:
                 cell.storage = Storage(buf, s.nbytes, -1, None, -1, session.released)
-                core.hand_out(s.sid)
+                core.hand_out(s.sid, escape=True)
                 if observer is not None:
                     observer.released(s.sid)
             return derive(buf, t._view)
