@@ -81,6 +81,15 @@ KNOWN_LIMITS = (
         "a hand-assigned .grad only on the program's first leaves (a0, a1, ...) and only a "
         "plain tensor (made under no_grad from the leaf)",
     ),
+    KnownLimit(
+        "plain-data-of-wrapper-after-exit",
+        "docs/runtime.md, Limitations and unsupported ops; NOTE [ Plain .data assignment ] "
+        "rule 4 (tritondtr/runtime/plaindata.py); strict xfail in "
+        "tests/test_runtime_fuzz_found2.py",
+        "p.data = w for a plain p and a wrapper w with no session active gives p the "
+        "wrapper's empty storage: the next op on p crashes the process",
+        "after exit, .data is assigned only tensors made after exit",
+    ),
 )
 
 _BY_NAME = {k.name: k for k in KNOWN_LIMITS}

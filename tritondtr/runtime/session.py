@@ -88,7 +88,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
-from . import boundary
+from . import boundary, plaindata
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
@@ -126,7 +126,7 @@ _inference_mode = torch.is_inference_mode_enabled  # ibid. rule 7
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 
 
-class _Mode(TorchDispatchMode):
+class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # PyTorch's per-call dynamo guard, only where ``@opaque`` cannot mark the handler
@@ -140,6 +140,12 @@ class _Mode(TorchDispatchMode):
     @opaque  # NOTE [ Dynamo never traces the runtime ]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.session.dispatch(func, args, kwargs or {})
+
+    def before_set_data(self, p: torch.Tensor) -> None:
+        """NOTE [ Plain .data assignment ] rule 2 (plaindata.py)."""
+        s = self.session
+        if not s.closed and s.core.now != s.frozen_at and boundary.reads_plain(s, p):
+            s.freeze()
 
 
 class Session:
@@ -200,6 +206,7 @@ class Session:
         self._mode.__enter__()
         self.active = True
         self.fsdp.install()
+        plaindata.install()  # NOTE [ Plain .data assignment ] rule 2
         return self
 
     @opaque
@@ -215,6 +222,7 @@ class Session:
         return False
 
     def _close(self) -> None:
+        plaindata.uninstall()
         self.active, self.closed = False, True
         leaves = [ref() for ref, _ in self._hooks.values()]
         for _, handle in self._hooks.values():
