@@ -8,9 +8,12 @@ Remove an entry when its limit is fixed, and let the fuzzer find out whether it 
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import torch
+
+import tritondtr.runtime as rt
 
 
 class KnownLimit(NamedTuple):
@@ -90,6 +93,17 @@ KNOWN_LIMITS = (
         "wrapper's empty storage: the next op on p crashes the process",
         "after exit, .data is assigned only tensors made after exit",
     ),
+    KnownLimit(
+        "values-only-linalg-under-a-mode",
+        "PyTorch (composite ops branch on any dispatch mode): docs/runtime.md, Limitations "
+        "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
+        "linalg.svdvals, eigvalsh and eigvals (and matrix_norm 'nuc' / 2 / -2, cond, "
+        "matrix_rank built on them) compute the vectors too whenever a dispatch mode is "
+        "active (_may_require_fw_or_bw_grad's isTensorSubclassLike), and LAPACK's values then "
+        "differ from eager's in the last bits where the input does not require grad (seeds 34, "
+        "65 of fuzz_templates3's linalg family)",
+        "those ops only on inputs that require grad (eager then takes the same path)",
+    ),
 )
 
 _BY_NAME = {k.name: k for k in KNOWN_LIMITS}
@@ -125,6 +139,11 @@ def may_masked_select(t: torch.Tensor) -> bool:
     return t.is_contiguous() or not t.requires_grad
 
 
+def may_values_only_linalg(t: torch.Tensor) -> bool:
+    """values-only-linalg-under-a-mode."""
+    return t.requires_grad and torch.is_grad_enabled()
+
+
 def may_assign_grad(name: str) -> bool:
     """hand-assigned-wrapper-grad: ``name`` is one of the leaves made before the session."""
     return name.startswith("a")
@@ -136,3 +155,19 @@ def split_points(writes: list[bool]) -> range:
     after the last writing line, and leaving each session at least one line."""
     last = max((i for i, w in enumerate(writes) if w), default=-1)
     return range(max(last + 1, 1), len(writes))
+
+
+def expected_refusal(line: str, ns: dict) -> bool:
+    """Whether body line ``line`` makes a refusal docs/runtime.md documents (Limitations:
+    ``t.data = plain`` for a tracked ``t``), judged on the run's namespace ``ns`` at the
+    refusal: a ``c.data = y`` statement in it with ``c`` tracked and ``y`` plain."""
+    for stmt in re.split(r"[;\n]", line):
+        m = _DATA_SET.fullmatch(stmt.strip())
+        if m and all(n in ns for n in m.groups()):
+            c, y = (ns[n] for n in m.groups())
+            if rt.is_tracked(c) and isinstance(y, torch.Tensor) and not rt.is_tracked(y):
+                return True
+    return False
+
+
+_DATA_SET = re.compile(r"(\w+)\.data = (\w+)")
