@@ -103,7 +103,8 @@ def eager(prog: Program, upto: int | None = None) -> dict:
 
 def writes(prog: Program) -> list[bool]:
     """For each body line, whether it writes in place memory the program holds (a version
-    counter of a tensor in the namespace, or of a ``.grad``, moves), run eagerly."""
+    counter of a tensor in the namespace, or of a ``.grad``, moves; or ``.data =`` gives a
+    tensor other memory), run eagerly."""
     ns = namespace()
     run_lines(ns, prog.pre)
     out = []
@@ -117,13 +118,13 @@ def writes(prog: Program) -> list[bool]:
     return out
 
 
-def _versions(ns: dict) -> dict[int, int]:
-    seen: dict[int, int] = {}
+def _versions(ns: dict) -> dict[int, tuple[int, int]]:
+    seen: dict[int, tuple[int, int]] = {}
     for v in ns.values():
         for t in v if isinstance(v, (list, tuple)) else (v,):
             for u in (t, getattr(t, "grad", None) if isinstance(t, torch.Tensor) else None):
                 if isinstance(u, torch.Tensor) and not u.is_inference():
-                    seen[id(u)] = u._version
+                    seen[id(u)] = (u._version, u.untyped_storage().data_ptr())
     return seen
 
 
@@ -159,7 +160,7 @@ def run(prog: Program, cfg: RunConfig, *, upto: int | None = None) -> Run:
         res.error, res.message = "stale", str(e)
     except rt.UnsupportedOpError as e:  # documented or not: fuzz_check decides (rule 3)
         res.error, res.message = "refused", str(e)
-        res.documented = res.line is not None and expected_refusal(prog.body[res.line], ns)
+        res.documented = expected_refusal(e)
     except Exception as e:
         res.error, res.message = "crash", _tb(e)
     ns["_S"] = namespace()["_S"]

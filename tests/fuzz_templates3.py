@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from fuzz_limits import may_values_only_linalg
+from fuzz_limits import may_reshape_data, may_values_only_linalg
 from fuzz_templates import fl, is_t, template
 
 
@@ -36,10 +36,11 @@ def t_data(g):
         t = r.choice(same)
         scaled = f"{t}.detach() * 2 if {t}.is_floating_point() else {t}.detach() + 1"
         forms += [f"{c}.data = {t}", f"{c}.data = {scaled}"]
-    if other:
+    if other and may_reshape_data(cv):  # known limit leaf-data-reshaped-under-a-graph
         forms += [f"{c}.data = {r.choice(other)}"]
     if cv.dim() >= 1 and cv.shape[0] >= 2:
-        forms += [f"{c}.data = {c}.detach()[1:]", f"{c}.data = {c}.detach().flip(0)"]
+        forms += [f"{c}.data = {c}.detach().flip(0)"]
+        forms += [f"{c}.data = {c}.detach()[1:]"] if may_reshape_data(cv) else []
     if leaves:
         p = r.choice(leaves)
         pv = g.ns[p]
@@ -51,6 +52,8 @@ def t_data(g):
             forms += [f"{p}.data = {r.choice(fit)}"]
     plain = [n for n in g.names(lambda v: is_t(v) and not v.dtype.is_complex)]
     plain = [n for n in plain if n.startswith("a") and n != c]
+    if not may_reshape_data(cv):
+        plain = [n for n in plain if g.ns[n].shape == cv.shape]
     if plain and g.section == "body" and r.random() < 0.15:  # fuzz_limits.expected_refusal
         return f"{c}.data = {r.choice(plain)}"
     return r.choice(forms) if forms else None

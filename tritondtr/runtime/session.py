@@ -230,10 +230,12 @@ class Session:
         self._hooks.clear()
         self.reads.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
-        for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly,
-            if p is not None:  # handed out while the budget still holds (evictions allowed)
-                self._on_grad(p)
-        self.core.close()
+        try:
+            for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly,
+                if p is not None:  # handed out while the budget still holds (evictions allowed)
+                    self._on_grad(p)
+        finally:
+            self.core.close()
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -594,7 +596,9 @@ class Session:
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
         g = p.grad
-        if type(g) in WRAPPER_TYPES and g.grad_fn is None:
+        if type(g) in WRAPPER_TYPES and g.grad_fn is None and g.shape == p.shape:
+            # Another shape: ``p.data`` took another shape under a live graph; autograd set
+            # the graph's shape, which the Python setter refuses: the wrapper stays.
             p.grad = g._cell.session.value(g, escape=True)
 
 
