@@ -154,8 +154,12 @@ def may_values_only_linalg(t: torch.Tensor) -> bool:
 
 
 def may_reshape_data(t: torch.Tensor) -> bool:
-    """leaf-data-reshaped-under-a-graph."""
-    return not (t.is_leaf and t.requires_grad)
+    """leaf-data-reshaped-under-a-graph (a multi-output view written in place raises for
+    ``is_leaf``: not reshaped either)."""
+    try:
+        return not (t.is_leaf and t.requires_grad)
+    except RuntimeError:
+        return False
 
 
 def may_assign_grad(name: str) -> bool:

@@ -4,6 +4,8 @@ which is at its size limit). Open ones are strict xfails: the mark goes when it 
 with it the known limit the generator avoids (fuzz_limits.KNOWN_LIMITS,
 ``hand-assigned-wrapper-grad``)."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -117,8 +119,6 @@ def test_plain_data_assigned_a_tracked_tensor_takes_its_value():
     """``p.data = p.data - lr * p.grad`` (p plain, the right side a wrapper) gave p the
     wrapper's storage, which has no data: the next op on p crashed the process (found while
     writing tests/fuzz_templates3.py's .data family). NOTE [ Plain .data assignment ]."""
-    import contextlib
-
     ref = _manual_sgd(contextlib.nullcontext())
     got = _manual_sgd(rt.enable(stress=True))
     assert torch.equal(got[0], ref[0])
@@ -209,8 +209,6 @@ def test_leaf_data_reshaped_under_a_graph_backward_runs():
     """The session's post-accumulate hook assigned the plain gradient through Python's .grad
     setter, which refuses the old shape autograd accumulated: the hook raised inside backward
     (eager runs), and again at exit before the core closed (fuzz seed 400168)."""
-    import contextlib
-
     want = _reshaped_leaf(contextlib.nullcontext())
     got = _reshaped_leaf(rt.enable(budget=None))
     assert want.shape == (4, 6) and torch.equal(rt.unwrap(got), want)
@@ -224,3 +222,27 @@ def test_leaf_data_reshaped_under_a_graph_backward_runs():
 )
 def test_leaf_data_reshaped_under_a_graph_gets_a_plain_grad():
     assert type(_reshaped_leaf(rt.enable(budget=None))) is torch.Tensor
+
+
+def test_empty_plain_data_replaced_under_a_recipe_that_read_it():
+    """``v3.data = v1`` for an empty plain ``v3`` a recipe read: an empty storage has no
+    address in ReadMemory, so the session did not freeze and the recomputed loss summed v1
+    (fuzz seed 402448). An empty ``p`` now always freezes."""
+
+    def prog(s):
+        torch.manual_seed(0)
+        a = torch.randn(2, 6, dtype=torch.float64, requires_grad=True)
+        e = torch.randn(0, 6, dtype=torch.float64) * 2
+        b = torch.randn(4, 6, dtype=torch.float64)
+        with s:
+            loss = a.sum() + e.sum() * 2
+            loss.backward()
+            e.data = b
+            if isinstance(s, rt.Session):
+                s.evict_all()
+            y = loss + 0
+        return rt.unwrap(y), a.grad
+
+    ref = prog(contextlib.nullcontext())
+    got = prog(rt.enable(stress=True))
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])

@@ -11,7 +11,8 @@
 #    the first session enters, removed, in ``finally``, when the last one exits). Its getter
 #    is autograd's. Its setter first tells every session active on this thread (their
 #    dispatch modes are :class:`WatchesPlainData`), which freezes if its recipes read ``p``
-#    (NOTE [ Parameter writes ]: the swap is a write to ``p``), then hands a wrapper ``new``
+#    (NOTE [ Parameter writes ]: the swap is a write to ``p``), or if ``p`` is empty (an empty
+#    storage has no address to watch; such swaps are rare), then hands a wrapper ``new``
 #    out (NOTE [ Escaping tensors ] rule 2), so ``p`` shares its buffer as eager's ``p``
 #    shares ``new``'s memory, then runs autograd's setter.
 # 3. A wrapper's own ``.data`` setter is ``DTRTensor.data`` (a subclass property, found

@@ -144,7 +144,9 @@ class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
     def before_set_data(self, p: torch.Tensor) -> None:
         """NOTE [ Plain .data assignment ] rule 2 (plaindata.py)."""
         s = self.session
-        if not s.closed and s.core.now != s.frozen_at and boundary.reads_plain(s, p):
+        if s.closed or s.core.now == s.frozen_at:
+            return
+        if p.numel() == 0 or boundary.reads_plain(s, p):  # empty: no address to watch
             s.freeze()
 
 
