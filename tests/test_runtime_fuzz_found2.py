@@ -246,3 +246,26 @@ def test_empty_plain_data_replaced_under_a_recipe_that_read_it():
     ref = prog(contextlib.nullcontext())
     got = prog(rt.enable(stress=True))
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def _det_double_backward():
+    torch.manual_seed(5550)
+    a = torch.randn(2, 6, dtype=torch.float64, requires_grad=True)
+    h = torch.nn.functional.batch_norm(
+        a, torch.zeros(6, dtype=a.dtype), torch.ones(6, dtype=a.dtype), training=True
+    )
+    d = torch.linalg.det(h[0].reshape(2, 3)[:, :2]) * 3
+    return rt.unwrap(torch.autograd.grad(d, [a], create_graph=True)[0]).detach()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PyTorch: linalg.det's backward with create_graph=True branches on any dispatch "
+    "mode, a no-op one too; the gradient differs from eager's in the last bits (fuzz seed "
+    "405550; known limit det-double-backward-under-a-mode)",
+)
+def test_det_double_backward_equals_eager():
+    want = _det_double_backward()
+    with rt.enable(budget=None):
+        got = _det_double_backward()
+    assert torch.equal(got, want)
