@@ -28,12 +28,15 @@ REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
 #    ``evict_all``, which the trace does not record); the process is clean after every
 #    session; a BudgetError comes only with a budget, is counted, and names the budget; after
 #    one at body line k, every name line k leaves unchanged in eager holds eager's value
-#    (line k may have done part of its work).
+#    (line k may have done part of its work). An UnsupportedOpError at body line k is
+#    expected only where docs/runtime.md lists it (``c.data = plain`` for a tracked ``c``,
+#    fuzz_limits.expected_refusal); then every name holds eager's value before line k.
 # 4. The open limits of docs/runtime.md are left out by name (fuzz_limits.KNOWN_LIMITS), so
 #    that any failure is a new bug; remove a limit from the list when it is fixed.
 # 5. The failure kinds: mismatch, crash, stale (StaleInputError), budget (a BudgetError
-#    without a budget, uncounted or unnamed), after-budget, peak, twin, state, hang (the CLI's
-#    --timeout), harness (the generator or the checker itself raised).
+#    without a budget, uncounted or unnamed), after-budget, refused (an UnsupportedOpError the
+#    docs do not list), after-refusal, peak, twin, state, hang (the CLI's --timeout), harness
+#    (the generator or the checker itself raised).
 
 from __future__ import annotations
 
@@ -90,6 +93,7 @@ class Tally:
     runs: int = 0
     skipped_nondeterministic: int = 0
     budget_errors: int = 0
+    refusals: int = 0
     runs_with_remats: int = 0
     failures: int = 0
 
@@ -147,7 +151,7 @@ def check_program(seed: int, tally: Tally | None = None) -> list[Failure]:
         return []
     first, rest, fractions = configs(prog, random.Random(seed * 31 + 7))
     failures, res = check_run(prog, first, ref, tally)
-    if res.error is not None and res.error != "user":
+    if res.error not in (None, "user", "refused"):
         return failures
     peak = res.sessions[-1].stats.peak_bytes
     budgets = [None] + [max(0, int(peak * f)) for f in fractions]
@@ -174,6 +178,14 @@ def check_run(
         fail("state", "; ".join(state))
     if res.error in ("crash", "stale"):
         fail(res.error, res.message)
+    elif res.error == "refused":
+        tally.refusals += 1
+        if not res.documented:
+            fail("refused", f"an UnsupportedOpError docs/runtime.md does not list: {res.message}")
+        else:
+            diffs = compare(eager(prog, upto=res.line), res.snap)
+            if diffs:
+                fail("after-refusal", f"line {res.line}: " + "; ".join(diffs))
     elif res.error == "budget":
         tally.budget_errors += 1
         stats = res.sessions[-1].stats if res.sessions else None

@@ -12,6 +12,8 @@ from typing import NamedTuple
 
 import torch
 
+import tritondtr.runtime as rt
+
 
 class KnownLimit(NamedTuple):
     """One open limit: ``name`` (cited in the code that avoids it), ``where`` it is documented,
@@ -81,6 +83,44 @@ KNOWN_LIMITS = (
         "a hand-assigned .grad only on the program's first leaves (a0, a1, ...) and only a "
         "plain tensor (made under no_grad from the leaf)",
     ),
+    KnownLimit(
+        "plain-data-of-wrapper-after-exit",
+        "docs/runtime.md, Limitations and unsupported ops; NOTE [ Plain .data assignment ] "
+        "rule 4 (tritondtr/runtime/plaindata.py); strict xfail in "
+        "tests/test_runtime_fuzz_found2.py",
+        "p.data = w for a plain p and a wrapper w with no session active gives p the "
+        "wrapper's empty storage: the next op on p crashes the process",
+        "after exit, .data is assigned only tensors made after exit",
+    ),
+    KnownLimit(
+        "values-only-linalg-under-a-mode",
+        "PyTorch (composite ops branch on any dispatch mode): docs/runtime.md, Limitations "
+        "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
+        "linalg.svdvals, eigvalsh and eigvals (and matrix_norm 'nuc' / 2 / -2, cond, "
+        "matrix_rank built on them) compute the vectors too whenever a dispatch mode is "
+        "active (_may_require_fw_or_bw_grad's isTensorSubclassLike), and LAPACK's values then "
+        "differ from eager's in the last bits where the input does not require grad (seeds 34, "
+        "65 of fuzz_templates3's linalg family)",
+        "those ops only on inputs that require grad (eager then takes the same path)",
+    ),
+    KnownLimit(
+        "leaf-data-reshaped-under-a-graph",
+        "docs/runtime.md, Limitations and unsupported ops; strict xfail in "
+        "tests/test_runtime_fuzz_found2.py",
+        "p.data given another shape while a graph built on p's old shape lives: autograd "
+        "accumulates a gradient of the old shape, which Python's .grad setter refuses, so a "
+        "gradient computed in the session stays a wrapper after exit (before: the session's "
+        "hook raised inside backward, fuzz seed 400168)",
+        ".data of another shape only on tensors that are not leaves requiring grad",
+    ),
+    KnownLimit(
+        "det-double-backward-under-a-mode",
+        "PyTorch (det's backward branches on any dispatch mode): docs/runtime.md, Limitations "
+        "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
+        "the gradient of linalg.det with create_graph=True differs from eager's in the last "
+        "bits under any dispatch mode, a no-op one too (fuzz seed 405550)",
+        "linalg.det only of inputs that do not require grad",
+    ),
 )
 
 _BY_NAME = {k.name: k for k in KNOWN_LIMITS}
@@ -116,6 +156,20 @@ def may_masked_select(t: torch.Tensor) -> bool:
     return t.is_contiguous() or not t.requires_grad
 
 
+def may_values_only_linalg(t: torch.Tensor) -> bool:
+    """values-only-linalg-under-a-mode."""
+    return t.requires_grad and torch.is_grad_enabled()
+
+
+def may_reshape_data(t: torch.Tensor) -> bool:
+    """leaf-data-reshaped-under-a-graph (a multi-output view written in place raises for
+    ``is_leaf``: not reshaped either)."""
+    try:
+        return not (t.is_leaf and t.requires_grad)
+    except RuntimeError:
+        return False
+
+
 def may_assign_grad(name: str) -> bool:
     """hand-assigned-wrapper-grad: ``name`` is one of the leaves made before the session."""
     return name.startswith("a")
@@ -127,3 +181,18 @@ def split_points(writes: list[bool]) -> range:
     after the last writing line, and leaving each session at least one line."""
     last = max((i for i, w in enumerate(writes) if w), default=-1)
     return range(max(last + 1, 1), len(writes))
+
+
+def expected_refusal(e: BaseException) -> bool:
+    """Whether UnsupportedOpError ``e`` is a refusal docs/runtime.md documents (Limitations:
+    ``t.data = plain`` for a tracked ``t``): raised by the wrapper's ``.data`` setter with a
+    plain ``new`` (read from the setter's frame: in a second session, ``c.data =
+    c.detach()[1:]`` of a first session's ``c`` assigns a plain tensor too)."""
+    setter = rt.DTRTensor.data.fset.__code__
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is setter:
+            new = tb.tb_frame.f_locals.get("new")
+            return isinstance(new, torch.Tensor) and not rt.is_tracked(new)
+        tb = tb.tb_next
+    return False

@@ -1,9 +1,10 @@
 """Random small networks for the differential fuzzer (NOTE [ Differential fuzzer ] in
 fuzz_check.py): 1-4 blocks (MLP, LayerNorm MLP, attention, conv + BatchNorm, GRU cell,
-checkpointed block) with dropout and in-place ReLU, trained 1-2 steps with gradient
-accumulation, clipping and SGD/Adam/AdamW(foreach), in one session or one per step. Losses,
-parameters and gradients are compared exactly against eager; also the peak bound, the twin
-and the process state."""
+checkpointed block, conv2d with max pooling, indices and upsampling) with dropout and
+in-place ReLU, trained 1-3 steps with gradient accumulation, clipping and SGD/Adam/
+AdamW(foreach) or manual SGD (``p.data = p.data - lr * p.grad``), in one session or one per
+step. Losses, parameters and gradients are compared exactly against eager; also the peak
+bound, the twin and the process state."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 import tritondtr
 import tritondtr.runtime as rt
 
-BLOCKS = ("mlp", "ln_mlp", "attn", "conv", "gru", "ckpt")
+BLOCKS = ("mlp", "ln_mlp", "attn", "conv", "gru", "ckpt", "conv2d")
 
 
 class Block(nn.Module):
@@ -40,6 +41,9 @@ class Block(nn.Module):
             self.o = nn.Linear(2 * w, w)
         elif kind == "gru":
             self.cell = nn.GRUCell(w, w)
+        elif kind == "conv2d":  # [B, 1, w/4, 4] -> conv, pool with indices, upsample
+            self.c = nn.Conv2d(1, 2, 3, padding=1, padding_mode=r.choice(["zeros", "circular"]))
+            self.o = nn.Linear(2 * w, w)
         else:
             self.a, self.b = nn.Linear(w, w), nn.Linear(w, w)
 
@@ -58,6 +62,10 @@ class Block(nn.Module):
             return x + self.o((a @ v.transpose(0, 1)).transpose(0, 1).reshape(B, W))
         if k == "conv":
             return x + self.o(self.bn(self.c(x.unsqueeze(1))).relu_().flatten(1))
+        if k == "conv2d":
+            h, idx = F.max_pool2d(self.c(x.view(B, 1, W // 4, 4)), 2, return_indices=True)
+            h = F.interpolate(h, scale_factor=2, mode="nearest") + F.max_unpool2d(h, idx, 2)
+            return x + self.o(F.silu(h).flatten(1))
         if k == "gru":
             h = torch.zeros_like(x)
             for t in range(3):
@@ -100,8 +108,8 @@ def make(seed: int) -> tuple[Net, list, Plan]:
     net = Net(r, w, din, dout)
     if r.random() < 0.3:
         net = net.double()
-    opt = r.choice(["sgd", "sgdm", "adam", "adamw_foreach"])
-    plan = Plan(opt, r.choice([1, 1, 2]), r.choice([1, 2]), r.random() < 0.5, r.random() < 0.3)
+    opt = r.choice(["sgd", "sgdm", "adam", "adamw_foreach", "manual"])
+    plan = Plan(opt, r.choice([1, 1, 2]), r.choice([1, 2, 3]), r.random() < 0.5, r.random() < 0.3)
     g = torch.Generator().manual_seed(seed + 1)
     dt = next(net.parameters()).dtype
     data = [
@@ -111,8 +119,26 @@ def make(seed: int) -> tuple[Net, list, Plan]:
     return net, data, plan
 
 
-def _optimizer(net: Net, kind: str) -> torch.optim.Optimizer:
+class _ManualSGD:
+    """``p.data = p.data - lr * p.grad``: NOTE [ Plain .data assignment ] in a session."""
+
+    def __init__(self, ps) -> None:
+        self.ps = list(ps)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.ps:
+            p.grad = None
+
+    def step(self) -> None:
+        for p in self.ps:
+            if p.grad is not None:
+                p.data = p.data - 0.05 * p.grad
+
+
+def _optimizer(net: Net, kind: str):
     ps = net.parameters()
+    if kind == "manual":
+        return _ManualSGD(ps)
     if kind.startswith("sgd"):
         return torch.optim.SGD(ps, lr=0.05, momentum=0.9 if kind == "sgdm" else 0.0)
     if kind == "adam":

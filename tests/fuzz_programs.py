@@ -14,6 +14,7 @@ import random
 import warnings
 
 import fuzz_effects  # noqa: F401  (registers its templates)
+import fuzz_templates3  # noqa: F401  (registers its templates)
 from fuzz_templates import TEMPLATES, is_t
 from fuzz_templates2 import HEADER2, HEADER2_NAMES
 

@@ -10,6 +10,7 @@ import warnings
 
 import torch
 from fuzz_compare import snapshot
+from fuzz_limits import expected_refusal
 from fuzz_programs import Program, namespace, run_lines
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -69,13 +70,16 @@ class UserRaised(Exception):
 @dataclasses.dataclass
 class Run:
     """A run under tritondtr. ``error``: None, ``"user"`` (the program's own exception, then
-    post ran), ``"budget"``, ``"stale"`` (StaleInputError) or ``"crash"`` (anything else, with
-    its traceback in ``message``); ``line``: the body line that raised; ``snap``: the snapshot
-    after post (None unless the run finished); ``sessions``: the sessions, in order; ``peak``:
-    (peak bytes, largest op output) of the last session at its exit."""
+    post ran), ``"budget"``, ``"stale"`` (StaleInputError), ``"refused"`` (UnsupportedOpError;
+    ``documented``: a refusal docs/runtime.md lists, fuzz_limits.expected_refusal) or
+    ``"crash"`` (anything else, with its traceback in ``message``); ``line``: the body line
+    that raised; ``snap``: the snapshot after post, or at a refusal (None unless the run got
+    there); ``sessions``: the sessions, in order; ``peak``: (peak bytes, largest op output)
+    of the last session at its exit."""
 
     error: str | None = None
     message: str = ""
+    documented: bool = False
     line: int | None = None
     snap: dict | None = None
     sessions: list = dataclasses.field(default_factory=list)
@@ -99,7 +103,8 @@ def eager(prog: Program, upto: int | None = None) -> dict:
 
 def writes(prog: Program) -> list[bool]:
     """For each body line, whether it writes in place memory the program holds (a version
-    counter of a tensor in the namespace, or of a ``.grad``, moves), run eagerly."""
+    counter of a tensor in the namespace, or of a ``.grad``, moves; or ``.data =`` gives a
+    tensor other memory), run eagerly."""
     ns = namespace()
     run_lines(ns, prog.pre)
     out = []
@@ -113,13 +118,13 @@ def writes(prog: Program) -> list[bool]:
     return out
 
 
-def _versions(ns: dict) -> dict[int, int]:
-    seen: dict[int, int] = {}
+def _versions(ns: dict) -> dict[int, tuple[int, int]]:
+    seen: dict[int, tuple[int, int]] = {}
     for v in ns.values():
         for t in v if isinstance(v, (list, tuple)) else (v,):
             for u in (t, getattr(t, "grad", None) if isinstance(t, torch.Tensor) else None):
                 if isinstance(u, torch.Tensor) and not u.is_inference():
-                    seen[id(u)] = u._version
+                    seen[id(u)] = (u._version, u.untyped_storage().data_ptr())
     return seen
 
 
@@ -153,6 +158,9 @@ def run(prog: Program, cfg: RunConfig, *, upto: int | None = None) -> Run:
         res.error, res.message = "budget", str(e)
     except rt.StaleInputError as e:
         res.error, res.message = "stale", str(e)
+    except rt.UnsupportedOpError as e:  # documented or not: fuzz_check decides (rule 3)
+        res.error, res.message = "refused", str(e)
+        res.documented = expected_refusal(e)
     except Exception as e:
         res.error, res.message = "crash", _tb(e)
     ns["_S"] = namespace()["_S"]
@@ -160,6 +168,8 @@ def run(prog: Program, cfg: RunConfig, *, upto: int | None = None) -> Run:
         if res.error == "budget":
             _snapshot(res, ns, "snapshot after the BudgetError: ")
         return res
+    if res.error == "refused":
+        _snapshot(res, ns, "snapshot after the refusal: ")
     if res.error not in (None, "user"):
         return res
     i, e = run_lines(ns, prog.post)

@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from fuzz_check import Failure, check_program, reference, write_repro
+from fuzz_check import Failure, Tally, check_program, check_run, reference, write_repro
 from fuzz_cli import main as fuzz_main
 from fuzz_limits import (
     KNOWN_LIMITS,
@@ -23,13 +23,16 @@ from fuzz_limits import (
     split_points,
 )
 from fuzz_models import check_model
-from fuzz_programs import generate
+from fuzz_programs import Program, generate, namespace, run_lines
 from fuzz_reduce import main as reduce_main
+from fuzz_run import RunConfig
+from fuzz_templates3 import CONV1D, CONV2D, FUNC_2D, FUNC_ANY, LINALG, VALUES_ONLY
 
 import tritondtr.runtime.session as session_module
+import tritondtr.runtime.tensor as tensor_module
 
 PROGRAM_SEEDS = range(100)
-MODEL_SEEDS = range(6)
+MODEL_SEEDS = (0, 1, 2, 4, 5, 9)  # conv2d, manual SGD, 3 steps; seed 3 (5 s) left to campaigns
 
 
 @pytest.fixture(autouse=True)
@@ -185,3 +188,90 @@ def test_widened_templates_are_alive_and_hand_set_grads_are_plain():
     for i, line in enumerate(lines):
         if ".grad = torch" in line:
             assert line.lstrip().startswith("a") and "no_grad" in lines[i - 1], line
+
+
+def test_new_families_are_alive():
+    """fuzz_templates3's families appear in the programs of 100 seeds."""
+    text = "\n".join(generate(s).source() for s in range(100))
+    for marker in (".data = v", ".data = a", "vmap(", "func.grad(", "autograd.functional."):
+        assert marker in text, marker
+    for marker in ("linalg.cholesky(", "linalg.qr(", "F.conv1d(", "F.conv2d(", "_pool"):
+        assert marker in text, marker
+
+
+_W = "_w = lambda *s: torch.linspace(-1, 1, torch.Size(s).numel(), dtype=torch.float64)"
+_I1 = "i1 = a0.flatten()[:24].reshape(1, 2, 12)"
+_I2 = "i2 = a0.flatten()[:24].reshape(1, 2, 3, 4)"
+_M = "m = a0.flatten()[:16].reshape(4, 4); s = m @ m.mT + 4 * torch.eye(4, dtype=m.dtype)"
+FAMILY_LINES = {
+    "func": [f"v{k} = " + f.format(x="a0") for k, f in enumerate(FUNC_ANY + FUNC_2D)],
+    "linalg": [_M] + [f"v{k} = " + f.format(m="m", s="s") for k, f in enumerate(LINALG)],
+    "values-only": [_M] + [f"v{k} = " + f.format(m="m", s="s") for k, f in enumerate(VALUES_ONLY)],
+    "conv": [_W + ".reshape(s)", _I1, _I2]
+    + [
+        f"c{k} = " + f.format(i="i1", w="_w", st=2, pd=1, dl=2, mode="reflect", interp1="linear")
+        for k, f in enumerate(CONV1D)
+    ]
+    + [
+        f"d{k} = "
+        + f.format(i="i2", w="_w", st=2, pd=1, dl=1, mode="circular", h=3, wd=4, interp2="bilinear")
+        for k, f in enumerate(CONV2D)
+    ],
+    "data": ["v1 = a0 * 2", "v2 = a0.exp()", "v1.data = v2", "v3 = v1 * 3"],
+}
+STRESS = RunConfig(stress=True, heuristic="dtr_eq")
+
+
+def _family_program(lines: list[str]) -> Program:
+    """``lines`` that eager runs on leaf ``a0``, then a backward of every result with grad."""
+    pre = (
+        "torch.manual_seed(0)",
+        "a0 = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)",
+    )
+    ns = namespace()
+    run_lines(ns, pre)
+    body = [line for line in lines if run_lines(ns, [line])[1] is None]
+    grads = [n for n, v in ns.items() if n != "a0" and isinstance(v, torch.Tensor) and v.grad_fn]
+    body.append("L9 = (" + " + ".join(f"{n}.sum()" for n in grads) + ").double(); L9.backward()")
+    return Program(0, pre, tuple(body), ())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_LINES))
+def test_new_families_catch_a_planted_wrong_value(family, monkeypatch):
+    """Each family's lines, run eagerly then under stress: equal; then with every recomputed
+    buffer off by one (or, for ``.data``, the wrapper's setter reverted to autograd's, which
+    left the wrapper on its old storage): a mismatch."""
+    prog, ref = reference(_family_program(FAMILY_LINES[family]))
+    assert ref is not None and len(prog.body) > len(FAMILY_LINES[family]) // 2, prog.body
+    assert not check_run(prog, STRESS, ref)[0]
+    if family == "data":
+        monkeypatch.setattr(
+            tensor_module.DTRTensor,
+            "data",
+            property(tensor_module._DATA.__get__, tensor_module._DATA.__set__),
+        )
+    else:
+        _plant_wrong_recomputation(monkeypatch)
+    kinds = {f.kind for f in check_run(prog, STRESS, ref)[0]}
+    assert "mismatch" in kinds, kinds
+
+
+def test_documented_refusal_is_expected_and_others_are_failures(monkeypatch):
+    """``c.data = plain`` for a tracked ``c`` is refused as docs/runtime.md says: counted, no
+    failure, and every name holds eager's value before the line; a refusal the docs do not
+    list (planted: every wrapper ``.data`` assignment refused) is a failure."""
+    pre = ("a0 = torch.ones(4, 6, dtype=torch.float64)", "a1 = torch.zeros(4, 6)")
+    body = ("v1 = a0 * 2", "v1.data = a1", "v2 = v1 + 1")
+    prog, ref = reference(Program(0, pre, body, ()))
+    tally = Tally()
+    assert not check_run(prog, STRESS, ref, tally)[0] and tally.refusals == 1
+    planted = (*body[:1], "v3 = a0 * 3", "v1.data = v3")
+    prog, ref = reference(Program(0, pre, planted, ()))
+
+    def refuse(self, new):
+        raise session_module.UnsupportedOpError(".data", "planted")
+
+    monkeypatch.setattr(
+        tensor_module.DTRTensor, "data", property(tensor_module._DATA.__get__, refuse)
+    )
+    assert {f.kind for f in check_run(prog, STRESS, ref)[0]} == {"refused"}

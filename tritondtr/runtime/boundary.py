@@ -46,7 +46,15 @@ from .recipe import Storage, derive, storage_ptr
 from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
-__all__ = ["ReadMemory", "call_plain", "check_invariants", "freeze", "value", "writes_leaf"]
+__all__ = [
+    "ReadMemory",
+    "call_plain",
+    "check_invariants",
+    "freeze",
+    "reads_plain",
+    "value",
+    "writes_leaf",
+]
 
 
 @opaque  # behind unwrap, .tolist(), printing: NOTE [ Dynamo never traces the runtime ]
@@ -185,6 +193,14 @@ def writes_leaf(session, info, args, kwargs) -> bool:
             if reads and reads.written(t):
                 return True
     return False
+
+
+def reads_plain(session, t: torch.Tensor) -> bool:
+    """Whether the session's recipes read plain tensor ``t`` (a hooked leaf, or memory a
+    live recipe reads): replacing its memory (NOTE [ Plain .data assignment ] in
+    plaindata.py) is a write of NOTE [ Parameter writes ]."""
+    h = session._hooks.get(id(t))
+    return (h is not None and h[0]() is t) or bool(session.reads and session.reads.written(t))
 
 
 def freeze(session) -> None:

@@ -89,7 +89,7 @@ from torch.utils._python_dispatch import (
 
 from ..core import BudgetError, Core
 from ..residency import EVICTED
-from . import boundary
+from . import boundary, plaindata
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
@@ -127,7 +127,7 @@ _inference_mode = torch.is_inference_mode_enabled  # ibid. rule 7
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 
 
-class _Mode(TorchDispatchMode):
+class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # PyTorch's per-call dynamo guard, only where ``@opaque`` cannot mark the handler
@@ -141,6 +141,14 @@ class _Mode(TorchDispatchMode):
     @opaque  # NOTE [ Dynamo never traces the runtime ]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.session.dispatch(func, args, kwargs or {})
+
+    def before_set_data(self, p: torch.Tensor) -> None:
+        """NOTE [ Plain .data assignment ] rule 2 (plaindata.py)."""
+        s = self.session
+        if s.closed or s.core.now == s.frozen_at:
+            return
+        if p.numel() == 0 or boundary.reads_plain(s, p):  # empty: no address to watch
+            s.freeze()
 
 
 class Session:
@@ -201,6 +209,7 @@ class Session:
         self._mode.__enter__()
         self.active = True
         self.fsdp.install()
+        plaindata.install()  # NOTE [ Plain .data assignment ] rule 2
         return self
 
     @opaque
@@ -216,6 +225,7 @@ class Session:
         return False
 
     def _close(self) -> None:
+        plaindata.uninstall()
         self.active, self.closed = False, True
         leaves = [ref() for ref, _ in self._hooks.values()]
         for _, handle in self._hooks.values():
@@ -223,10 +233,12 @@ class Session:
         self._hooks.clear()
         self.reads.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
-        for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly,
-            if p is not None:  # handed out while the budget still holds (evictions allowed)
-                self._on_grad(p)
-        self.core.close()
+        try:
+            for p in leaves:  # NOTE [ What is tracked ] rule 4: ``.grad`` assigned directly,
+                if p is not None:  # handed out while the budget still holds (evictions allowed)
+                    self._on_grad(p)
+        finally:
+            self.core.close()
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -608,7 +620,9 @@ class Session:
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:
         g = p.grad
-        if type(g) in WRAPPER_TYPES and g.grad_fn is None:
+        if type(g) in WRAPPER_TYPES and g.grad_fn is None and g.shape == p.shape:
+            # Another shape: ``p.data`` took another shape under a live graph; autograd set
+            # the graph's shape, which the Python setter refuses: the wrapper stays.
             p.grad = g._cell.session.value(g, escape=True)
 
 
