@@ -4,6 +4,7 @@ a core driven directly with a counting executor, and the runtime against eager a
 
 from __future__ import annotations
 
+import pytest
 import torch
 from core_executor import Counting
 
@@ -98,9 +99,9 @@ def test_an_evicted_input_is_recomputed_before_the_resident_ones_are_locked():
     )
 
 
-def _reader_scene(budget: int):
+def _reader_scene(budget: int, ex: Counting | None = None):
     """``x`` (resident, held) and ``d`` read from it alone (held, evicted): 100 bytes each."""
-    ex = Counting()
+    ex = ex if ex is not None else Counting()
     core = Core(budget, "dtr_eq", ex, backend="torch")
     core.start(torch.device("cpu"))
     core.sync()
@@ -130,6 +131,34 @@ def test_no_reader_is_rematerialized_when_that_would_evict():
     core.budget = 99  # ... not now: over the budget, rematerializing d must evict nothing
     core.release(x)
     assert ex.recomputed == [] and core.state[d] == EVICTED
+    core.check_invariants()
+
+
+class _Failing(Counting):
+    """A counting executor whose recomputation of ``fail`` raises (a device out of memory)."""
+
+    fail = -1
+
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        if sid == self.fail:
+            raise RuntimeError("out of memory (test)")
+        super().recompute(sid, consume)
+
+
+@pytest.mark.parametrize("escape", [False, True])
+def test_a_reader_whose_recomputation_raises_leaves_its_input_released(escape):
+    """NOTE [ Readers before release ] rule 5: the error leaves ``release`` (or the escape's
+    ``hand_out``) with ``x`` released all the same; before, ``x`` stayed resident and held
+    with no wrapper left (the runtime's drain had taken the death off its queue)."""
+    core, ex, x, d = _reader_scene(10**6, _Failing())
+    ex.fail = d
+    with pytest.raises(RuntimeError, match="out of memory"):
+        if escape:
+            core.hand_out(x, escape=True)
+        else:
+            core.release(x)
+    assert core.state[x] == EVICTED and not core.held[x] and core.state[d] == EVICTED
+    assert ex.freed == [d, x] and core.resident == 0
     core.check_invariants()
 
 
