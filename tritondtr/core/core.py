@@ -84,6 +84,10 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # 4. Measured on the twin (docs/simulator.md, the policy sweep, "Session 12"): the TreeLSTM's
 #    extra compute at 50 % of its peak 29.6 % -> 20.7 %, the LSTM's 20.9 % -> 20.3 %; two runs
 #    got worse (the LSTM at 20 %, Llama at 40 %), listed there.
+# 5. A recomputation of rule 2 that raises (the executor's error: a device out of memory, a
+#    stale input, the twin's overhead limit) still releases ``x`` before the error leaves
+#    ``release`` or ``hand_out``: the runtime's ``drain`` has already taken the death off its
+#    queue, and a storage left resident and held that no wrapper holds would stay counted.
 
 # NOTE [ Evicted inputs first ]
 # 1. ``use`` makes the inputs of an op resident one by one, in argument order, and each
@@ -434,10 +438,12 @@ class Core(Evictor, Rematerializer, Anchors):
         """The program's last wrapper of ``sid`` died: free its buffer now; it stays
         recomputable for its dependents until :meth:`forget`."""
         if self.state[sid] == RESIDENT and sid not in self.anchored:  # anchors: rule 2
-            self._before_release(sid)
-            self.held[sid] = 0
-            self.drop(sid)
-            self.stats.freed += 1
+            try:
+                self._before_release(sid)
+            finally:  # NOTE [ Readers before release ] rule 5: the release happens anyway
+                self.held[sid] = 0
+                self.drop(sid)
+                self.stats.freed += 1
         self.held[sid] = 0
 
     def _before_release(self, sid: int) -> None:
@@ -466,10 +472,12 @@ class Core(Evictor, Rematerializer, Anchors):
         stays in the graph, evicted, for its dependents). ``escape``: handed to the program
         as it is (not overwritten by an in-place op): NOTE [ Readers before release ] applies
         as it does to :meth:`release`, which the twin replays it as."""
-        if escape and sid not in self.anchored:
-            self._before_release(sid)
-        self.held[sid] = 0
-        self.drop(sid)
+        try:
+            if escape and sid not in self.anchored:
+                self._before_release(sid)
+        finally:  # NOTE [ Readers before release ] rule 5
+            self.held[sid] = 0
+            self.drop(sid)
 
     def drop(self, sid: int, free: bool = True) -> None:
         """Free the buffer of resident ``sid``; it stays in the graph, evicted. ``free``
