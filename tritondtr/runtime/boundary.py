@@ -208,10 +208,10 @@ def freeze(session) -> None:
     core = session.core
     if core.device is None:
         return
-    session.drain()
-    if session.observer is not None:
-        session.observer.froze()
-    with _disable_current_modes():
+    with _disable_current_modes():  # a release may recompute (NOTE [ Readers before release ])
+        session.drain()
+        if session.observer is not None:
+            session.observer.froze()
         session.depth += 1
         try:
             core.freeze()
