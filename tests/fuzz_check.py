@@ -1,9 +1,9 @@
 """The differential fuzzer: random PyTorch programs (fuzz_programs.py) and small networks
 (fuzz_models.py) run eagerly and under tritondtr, compared exactly.
 
-Long runs: ``python tests/fuzz_check.py --seeds 0:5000 [--models] [--out DIR]`` (one line per
-failure, a JSON repro per failure in DIR); reduce one with ``python tests/fuzz_reduce.py
-REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
+Long runs: ``python tests/fuzz_check.py --seeds 0:5000 [--models] [--tight] [--out DIR]``
+(one line per failure, a JSON repro per failure in DIR); reduce one with ``python
+tests/fuzz_reduce.py REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
 """
 
 # NOTE [ Differential fuzzer ]
@@ -17,15 +17,15 @@ REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
 #    optimizer step or ``session.evict_all()``. Every line ran in eager when it was made.
 # 2. Each program runs eagerly twice (a program eager disagrees with itself on is skipped),
 #    then under tritondtr with no budget, under stress, and at descending fractions of the
-#    first run's peak until a BudgetError; heuristic, cost model, pin_backward, never_evict,
-#    debug, tracing and splitting the body in two sessions are drawn from the seed. Costs are
-#    never measured (the host clock would make a failure irreproducible): a seed and its JSON
-#    repro replay the same run.
+#    first run's peak until a BudgetError (rule 6: tight budgets); heuristic, cost model,
+#    pin_backward, never_evict, debug, tracing and splitting the body in two sessions are
+#    drawn from the seed. Costs are never measured (the host clock would make a failure
+#    irreproducible): a seed and its JSON repro replay the same run.
 # 3. Compared, exactly (torch.equal, NaN equal to NaN): every tensor the program holds, by
 #    name, its value, ``.grad``, requires_grad, is_leaf, shape and stride, and every Python
 #    number; a leaf's ``.grad`` is plain after exit. Also checked: the peak stays within
-#    budget + the largest op output; the twin's counters equal a traced run's (not with
-#    ``evict_all``, which the trace does not record); the process is clean after every
+#    budget + the largest op output; the twin's counters equal a traced run's (``evict_all``
+#    included: NOTE [ Recording a trace ] rule 8); the process is clean after every
 #    session; a BudgetError comes only with a budget, is counted, and names the budget; after
 #    one at body line k, every name line k leaves unchanged in eager holds eager's value
 #    (line k may have done part of its work). An UnsupportedOpError at body line k is
@@ -37,6 +37,13 @@ REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
 #    without a budget, uncounted or unnamed), after-budget, refused (an UnsupportedOpError the
 #    docs do not list), after-refusal, peak, twin, state, hang (the CLI's --timeout), harness
 #    (the generator or the checker itself raised).
+# 6. ``tight`` (``--tight``): the budgets are drawn from 5-50 % of the peak (TIGHT) and every
+#    one is tried (a BudgetError ends the descent only after two in a row; then two bisection
+#    steps, :func:`descend`), the body gets 1-3
+#    more ``_S.evict_all()`` lines (:func:`with_evictions`), and the stress and budgeted runs
+#    are all traced, so the twin checks each one that ends normally. It aims at the decisions
+#    taken only when the budget binds (NOTE [ Evicted inputs first ], NOTE [ Readers before
+#    release ], NOTE [ Backward storages ] rule 4). The default draws stay as they were.
 
 from __future__ import annotations
 
@@ -53,6 +60,7 @@ from fuzz_run import Run, RunConfig, eager, process_state, run, twin, writes
 
 HEURISTICS = ("dtr_eq", "dtr_eq", "dtr", "lru", "msps", "size", "random", "dtr_local")
 FRACTIONS = (1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.12, 0.06, 0.02)
+TIGHT = (0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.12, 0.1, 0.08, 0.06, 0.05)  # rule 6
 
 
 class Failure(NamedTuple):
@@ -95,6 +103,8 @@ class Tally:
     budget_errors: int = 0
     refusals: int = 0
     runs_with_remats: int = 0
+    twins: int = 0
+    evictions: int = 0
     failures: int = 0
 
 
@@ -109,21 +119,35 @@ def reference(prog: Program) -> tuple[Program, dict | None]:
     return prog, (ref if not compare(ref, eager(prog)) else None)
 
 
-def configs(prog: Program, rng: random.Random) -> tuple[RunConfig, list[RunConfig], list[float]]:
+def with_evictions(prog: Program, rng: random.Random) -> Program:
+    """``prog`` with ``_S.evict_all()`` before 1-3 body lines after the first (rule 6); a
+    raise after such a line moves down with it."""
+    body, raise_at = list(prog.body), prog.raise_at
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randint(1, len(body))
+        body.insert(i, "_S.evict_all()")
+        if raise_at is not None and i <= raise_at:
+            raise_at += 1
+    return dataclasses.replace(prog, body=tuple(body), raise_at=raise_at)
+
+
+def configs(
+    prog: Program, rng: random.Random, tight: bool = False
+) -> tuple[RunConfig, list[RunConfig], list[float]]:
     """The unlimited run, the stress run and the budgeted runs' templates (budget set from
-    the unlimited peak by :func:`check_program`) with their fractions, drawn from ``rng``."""
-    no_trace = any("_S.evict_all" in line for line in prog.body)  # rule 3
+    the unlimited peak by :func:`check_program`) with their fractions, drawn from ``rng``;
+    ``tight``: rule 6."""
     base = RunConfig(
         heuristic=rng.choice(HEURISTICS),
         cost=rng.choice(("analytic", "analytic", "bytes")),
         pin_backward=rng.random() >= 0.2,
         never_evict_small=rng.random() < 0.2,
     )
-    first = dataclasses.replace(base, trace=rng.random() < 0.5 and not no_trace)
+    first = dataclasses.replace(base, trace=rng.random() < 0.5)
     stress = dataclasses.replace(
-        base, stress=True, trace=rng.random() < 0.5 and not no_trace, debug=rng.random() < 0.3
+        base, stress=True, trace=rng.random() < 0.5 or tight, debug=rng.random() < 0.3
     )
-    fractions = sorted(rng.sample(FRACTIONS, 6), reverse=True)
+    fractions = sorted(rng.sample(TIGHT if tight else FRACTIONS, 6), reverse=True)
     split = None
     if rng.random() < 0.15 and prog.raise_at is None and len(prog.body) > 3:
         points = split_points(writes(prog))  # known limit unwatched-writes
@@ -131,7 +155,7 @@ def configs(prog: Program, rng: random.Random) -> tuple[RunConfig, list[RunConfi
     budgeted = [
         dataclasses.replace(
             base,
-            trace=rng.random() < 0.6 and split is None and not no_trace,
+            trace=(rng.random() < 0.6 or tight) and split is None,
             debug=rng.random() < 0.2,
             split=split,
         )
@@ -140,28 +164,63 @@ def configs(prog: Program, rng: random.Random) -> tuple[RunConfig, list[RunConfi
     return first, [stress, *budgeted], fractions
 
 
-def check_program(seed: int, tally: Tally | None = None) -> list[Failure]:
-    """Every failure of the program of ``seed`` (rule 2's runs; empty: none)."""
+def check_program(seed: int, tally: Tally | None = None, tight: bool = False) -> list[Failure]:
+    """Every failure of the program of ``seed`` (rule 2's runs; ``tight``: rule 6's; empty:
+    none)."""
     tally = tally if tally is not None else Tally()
     prog = generate(seed)
+    if tight:
+        prog = with_evictions(prog, random.Random(seed * 17 + 3))
     prog, ref = reference(prog)
     tally.programs += 1
     if ref is None:
         tally.skipped_nondeterministic += 1
         return []
-    first, rest, fractions = configs(prog, random.Random(seed * 31 + 7))
+    first, rest, fractions = configs(prog, random.Random(seed * 31 + 7), tight)
     failures, res = check_run(prog, first, ref, tally)
     if res.error not in (None, "user", "refused"):
         return failures
     peak = res.sessions[-1].stats.peak_bytes
-    budgets = [None] + [max(0, int(peak * f)) for f in fractions]
-    for cfg, budget in zip(rest, budgets):
-        cfg = dataclasses.replace(cfg, budget=budget)
+    failures += check_run(prog, rest[0], ref, tally)[0]
+    templates = iter(rest[1:])
+
+    def fits(budget: int) -> bool:
+        cfg = dataclasses.replace(next(templates, rest[-1]), budget=budget)
         more, res = check_run(prog, cfg, ref, tally)
-        failures += more
-        if res.error == "budget":
-            break  # lower budgets fail too, mostly
+        failures.extend(more)
+        return res.error != "budget"
+
+    descend(peak, fractions, tight, fits)
     return failures
+
+
+def descend(peak: int, fractions, tight: bool, fits) -> None:
+    """Rule 2's budgeted runs: ``fits(budget)`` (False: the run raised BudgetError; None: stop)
+    at ``fractions`` of ``peak``, descending, until a BudgetError; ``tight`` (rule 6): until
+    two in a row, then two bisection steps between the lowest budget that fit and the
+    highest below it that did not (where the budget binds hardest)."""
+    ok, low, misses = peak, None, 0
+    for f in fractions:
+        budget = max(0, int(peak * f))
+        got = fits(budget)
+        if got is None:
+            return
+        if got:
+            ok, misses = budget, 0
+            low = None if low is not None and low >= budget else low
+        else:
+            low = budget if budget < ok and (low is None or budget > low) else low
+            misses += 1
+            if misses > tight:
+                break  # lower budgets fail too, mostly
+    for _ in range(2 if tight and low is not None else 0):
+        mid = (ok + low) // 2
+        if mid in (ok, low):
+            return
+        got = fits(mid)
+        if got is None:
+            return
+        ok, low = (mid, low) if got else (ok, mid)
 
 
 def check_run(
@@ -207,11 +266,13 @@ def check_run(
         if cfg.budget is not None and not cfg.stress and peak > cfg.budget + largest:
             fail("peak", f"peak {peak} > budget {cfg.budget} + largest op output {largest}")
         if cfg.trace and res.error is None:
+            tally.twins += 1
             detail = twin(res.recorder, cfg)
             if detail:
                 fail("twin", detail)
         if any(s.stats.rematerializations for s in res.sessions):
             tally.runs_with_remats += 1
+        tally.evictions += sum(s.stats.evictions for s in res.sessions)
     tally.failures += len(out)
     return out, res
 

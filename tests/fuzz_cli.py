@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import time
@@ -51,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=seed_range, required=True, help="START:STOP, STOP excluded")
     p.add_argument("--models", action="store_true", help="fuzz networks instead of programs")
+    p.add_argument(
+        "--tight", action="store_true", help="budgets of 5-50 %% of the peak, more evict_all, twin"
+    )
     p.add_argument("--out", type=Path, default=Path("fuzz-out"), help="folder for JSON repros")
     p.add_argument("--timeout", type=positive, default=300.0, help="seconds per seed (a hang)")
     p.add_argument("--progress", type=int, default=100, help="a progress line every N seeds")
@@ -73,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from fuzz_models import check_model as check
     else:
         check = check_program
+    check = functools.partial(check, tight=args.tight)
     what = "model" if args.models else "program"
     tally, t0 = Tally(), time.monotonic()
     signal.signal(signal.SIGALRM, _alarm)

@@ -114,6 +114,17 @@ KNOWN_LIMITS = (
         ".data of another shape only on tensors that are not leaves requiring grad",
     ),
     KnownLimit(
+        "view-replay-after-data-reshape",
+        "PyTorch (autograd replays a wrapper subclass's views by their ops, a plain tensor's "
+        "by as_strided): docs/runtime.md, Limitations and unsupported ops; strict xfail in "
+        "tests/test_runtime_fuzz_found3.py",
+        "an autograd view written in place whose base's .data then took another shape, and "
+        "written again: regenerating its grad_fn replays the view's ops on the new shape and "
+        "raises (is_leaf, grad_fn), where eager's as_strided gives a node (fuzz seed 501702)",
+        ".data of another shape only on tensors that are not autograd views and of which the "
+        "namespace holds no autograd view",
+    ),
+    KnownLimit(
         "det-double-backward-under-a-mode",
         "PyTorch (det's backward branches on any dispatch mode): docs/runtime.md, Limitations "
         "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
@@ -161,13 +172,20 @@ def may_values_only_linalg(t: torch.Tensor) -> bool:
     return t.requires_grad and torch.is_grad_enabled()
 
 
-def may_reshape_data(t: torch.Tensor) -> bool:
+def may_reshape_data(t: torch.Tensor, ns: dict | None = None) -> bool:
     """leaf-data-reshaped-under-a-graph (a multi-output view written in place raises for
-    ``is_leaf``: not reshaped either)."""
+    ``is_leaf``: not reshaped either); with the namespace ``ns``, view-replay-after-data-
+    reshape too."""
     try:
-        return not (t.is_leaf and t.requires_grad)
+        if t.is_leaf and t.requires_grad:
+            return False
     except RuntimeError:
         return False
+    if ns is None:
+        return True
+    return t._base is None and not any(
+        isinstance(v, torch.Tensor) and v._base is t for v in ns.values()
+    )
 
 
 def may_assign_grad(name: str) -> bool:

@@ -4,7 +4,9 @@ checkpointed block, conv2d with max pooling, indices and upsampling) with dropou
 in-place ReLU, trained 1-3 steps with gradient accumulation, clipping and SGD/Adam/
 AdamW(foreach) or manual SGD (``p.data = p.data - lr * p.grad``), in one session or one per
 step. Losses, parameters and gradients are compared exactly against eager; also the peak
-bound, the twin and the process state."""
+bound, the twin and the process state. ``tight`` (NOTE [ Differential fuzzer ] rule 6): budgets
+of 5-50 % of the peak, every budgeted run traced, and ``evict_all()`` after each forward and
+each optimizer step in most seeds."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import traceback
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fuzz_check import HEURISTICS, Failure, Tally
+from fuzz_check import HEURISTICS, Failure, Tally, descend
 from fuzz_run import RunConfig, process_state, twin
 from torch.utils.checkpoint import checkpoint
 
@@ -146,12 +148,20 @@ def _optimizer(net: Net, kind: str):
     return torch.optim.AdamW(ps, lr=1e-3, foreach=True)
 
 
-def train(seed: int, session=contextlib.nullcontext) -> tuple[list, list, list, list]:
+def train(
+    seed: int, session=contextlib.nullcontext, evict: bool = False
+) -> tuple[list, list, list, list]:
     """Losses and logits sums, parameters, gradients (plain copies) and the session objects
-    ``session()`` made (``contextlib.nullcontext``: eager)."""
+    ``session()`` made (``contextlib.nullcontext``: eager); ``evict``: the session evicts
+    everything after each forward and each optimizer step."""
     net, data, plan = make(seed)
     opt = _optimizer(net, plan.optimizer)
     kept, made = [], []
+
+    def evict_all() -> None:
+        if evict and made:
+            getattr(made[-1], "session", made[-1]).evict_all()
+
     torch.manual_seed(seed + 2)
     with session() if not plan.per_step else contextlib.nullcontext() as outer:
         made += [outer] if outer is not None else []
@@ -163,11 +173,13 @@ def train(seed: int, session=contextlib.nullcontext) -> tuple[list, list, list, 
                     x, y = data[s * plan.micro + m]
                     logits = net(x)
                     loss = F.cross_entropy(logits, y) / plan.micro
+                    evict_all()
                     loss.backward()
                     kept.append(loss)
                 if plan.clip:
                     torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
                 opt.step()
+                evict_all()
                 kept.append(logits.sum())  # logits held across the optimizer step
     values = [rt.unwrap(v).detach().clone() for v in kept]
     params = [p.detach().clone() for p in net.parameters()]
@@ -183,22 +195,25 @@ def _same(a: list, b: list) -> bool:
     )
 
 
-def check_model(seed: int, tally: Tally | None = None) -> list[Failure]:
+def check_model(seed: int, tally: Tally | None = None, tight: bool = False) -> list[Failure]:
     """Every failure of the model of ``seed``: no budget, stress, then 80 % ... 12 % of the
-    unlimited peak until a BudgetError (a budget too small for a step is no failure)."""
+    unlimited peak (``tight``: 50 % ... 5 %) until a BudgetError (a budget too small for a
+    step is no failure)."""
     tally = tally if tally is not None else Tally()
     tally.programs += 1
     r = random.Random(seed * 13 + 5)
     ref = train(seed)[:3]
     base = RunConfig(heuristic=r.choice(HEURISTICS[:6]), cost=r.choice(["analytic", "bytes"]))
+    evict = tight and r.random() < 0.7
     out: list[Failure] = []
-    fractions = (0.8, 0.6, 0.45, 0.3, 0.2, 0.12)
-    cfgs = [base, dataclasses.replace(base, stress=True)] + [None] * len(fractions)
+    fractions = (
+        (0.5, 0.35, 0.25, 0.18, 0.12, 0.08, 0.05) if tight else (0.8, 0.6, 0.45, 0.3, 0.2, 0.12)
+    )
     peak = 0
-    for i, cfg in enumerate(cfgs):
-        if cfg is None:
-            cfg = dataclasses.replace(base, budget=int(peak * fractions[i - 2]))
-            cfg = dataclasses.replace(cfg, trace=r.random() < 0.5)
+
+    def one(cfg: RunConfig) -> bool | None:
+        """Run ``cfg``: True (it fit), False (BudgetError) or None (a crash: stop)."""
+        nonlocal peak
         tally.runs += 1
         recs: list = []
 
@@ -210,15 +225,16 @@ def check_model(seed: int, tally: Tally | None = None) -> list[Failure]:
 
         fail = lambda kind, detail, cfg=cfg: out.append(Failure(kind, "model", seed, cfg, detail))
         try:
-            *got, made = train(seed, session)
+            *got, made = train(seed, session, evict)
         except rt.BudgetError as e:
             tally.budget_errors += 1
             if cfg.budget is None or cfg.stress:
                 fail("budget", f"BudgetError without a budget: {e}")
-            break
+                return None
+            return False
         except Exception as e:
             fail("crash", "".join(traceback.format_exception(e))[-3000:])
-            break
+            return None
         finally:
             state = process_state()
             if state:
@@ -233,9 +249,16 @@ def check_model(seed: int, tally: Tally | None = None) -> list[Failure]:
             if s.stats.peak_bytes > cfg.budget + s.stats.max_op_out_bytes:
                 fail("peak", f"peak {s.stats.peak_bytes} > budget {cfg.budget} + largest op")
         for rec in recs:
+            tally.twins += 1
             detail = twin(rec, cfg)
             if detail:
                 fail("twin", detail)
         tally.runs_with_remats += any(s.stats.rematerializations for s in sessions)
+        tally.evictions += sum(s.stats.evictions for s in sessions)
+        return True
+
+    if one(base) and one(dataclasses.replace(base, stress=True)):
+        budgeted = lambda b: dataclasses.replace(base, budget=b, trace=r.random() < 0.5 or tight)
+        descend(peak, fractions, tight, lambda b: one(budgeted(b)))
     tally.failures += len(out)
     return out

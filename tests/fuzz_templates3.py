@@ -36,11 +36,12 @@ def t_data(g):
         t = r.choice(same)
         scaled = f"{t}.detach() * 2 if {t}.is_floating_point() else {t}.detach() + 1"
         forms += [f"{c}.data = {t}", f"{c}.data = {scaled}"]
-    if other and may_reshape_data(cv):  # known limit leaf-data-reshaped-under-a-graph
+    reshape = may_reshape_data(cv, g.ns)  # leaf-data-reshaped-..., view-replay-after-...
+    if other and reshape:
         forms += [f"{c}.data = {r.choice(other)}"]
     if cv.dim() >= 1 and cv.shape[0] >= 2:
         forms += [f"{c}.data = {c}.detach().flip(0)"]
-        forms += [f"{c}.data = {c}.detach()[1:]"] if may_reshape_data(cv) else []
+        forms += [f"{c}.data = {c}.detach()[1:]"] if reshape else []
     if leaves:
         p = r.choice(leaves)
         pv = g.ns[p]
@@ -52,7 +53,7 @@ def t_data(g):
             forms += [f"{p}.data = {r.choice(fit)}"]
     plain = [n for n in g.names(lambda v: is_t(v) and not v.dtype.is_complex)]
     plain = [n for n in plain if n.startswith("a") and n != c]
-    if not may_reshape_data(cv):
+    if not reshape:
         plain = [n for n in plain if g.ns[n].shape == cv.shape]
     if plain and g.section == "body" and r.random() < 0.15:  # fuzz_limits.expected_refusal
         return f"{c}.data = {r.choice(plain)}"

@@ -159,7 +159,14 @@ class ReadMemory:
 
     def written(self, t: torch.Tensor) -> bool:
         """Whether writing plain tensor ``t`` writes memory a live recipe reads, or a hooked
-        leaf's memory."""
+        leaf's memory. A view of a hooked leaf is the leaf's memory by identity, as
+        :meth:`recipe` counts it: once ``p.data = new`` gave the leaf other memory, its old
+        address in ``leaves`` no longer says so (fuzz seed 501888)."""
+        base = t._base
+        if base is not None:
+            ref = self._ids.get(id(base))
+            if ref is not None and ref() is base:
+                return True
         ptr = storage_ptr(t)
         return bool(ptr) and (ptr in self.readers or self._leaf(ptr))
 
@@ -208,10 +215,10 @@ def freeze(session) -> None:
     core = session.core
     if core.device is None:
         return
-    session.drain()
-    if session.observer is not None:
-        session.observer.froze()
-    with _disable_current_modes():
+    with _disable_current_modes():  # a release may recompute (NOTE [ Readers before release ])
+        session.drain()
+        if session.observer is not None:
+            session.observer.froze()
         session.depth += 1
         try:
             core.freeze()
