@@ -93,6 +93,11 @@ class Failure(NamedTuple):
         return cls(d["kind"], d["what"], d["seed"], cfg, d["detail"], prog)
 
 
+def report(failures: list[Failure]) -> str:
+    """The failures one per line (a test's assertion message)."""
+    return "\n".join(f.line() for f in failures)
+
+
 @dataclasses.dataclass
 class Tally:
     """Counters of a fuzzing run (printed at the end of the CLI)."""

@@ -11,7 +11,7 @@ import random
 import warnings
 
 import pytest
-from fuzz_check import Failure, Tally, check_program, descend, with_evictions
+from fuzz_check import Tally, check_program, descend, report, with_evictions
 from fuzz_models import check_model
 from fuzz_programs import Program
 
@@ -28,21 +28,17 @@ def _quiet():
         yield
 
 
-def _report(failures: list[Failure]) -> str:
-    return "\n".join(f.line() for f in failures)
-
-
 @pytest.mark.parametrize("seed", PROGRAM_SEEDS, ids=lambda s: f"program{s}")
 def test_tight_program_equals_eager(seed):
     failures = check_program(seed, tight=True)
-    assert not failures, _report(failures)
+    assert not failures, report(failures)
 
 
 @pytest.mark.parametrize("seed", MODEL_SEEDS, ids=lambda s: f"model{s}")
 def test_tight_model_equals_eager(seed):
     tally = Tally()
     failures = check_model(seed, tally, tight=True)
-    assert not failures, _report(failures)
+    assert not failures, report(failures)
     fit = tally.runs - 2 - tally.budget_errors  # budgeted runs that ended normally: all traced
     assert fit >= 1 and tally.twins >= fit and tally.evictions > 0, tally
 

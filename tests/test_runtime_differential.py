@@ -12,7 +12,15 @@ import warnings
 
 import pytest
 import torch
-from fuzz_check import Failure, Tally, check_program, check_run, reference, write_repro
+from fuzz_check import (
+    Failure,
+    Tally,
+    check_program,
+    check_run,
+    reference,
+    report,
+    write_repro,
+)
 from fuzz_cli import main as fuzz_main
 from fuzz_limits import (
     KNOWN_LIMITS,
@@ -42,20 +50,16 @@ def _quiet():
         yield
 
 
-def _report(failures: list[Failure]) -> str:
-    return "\n".join(f.line() for f in failures)
-
-
 @pytest.mark.parametrize("seed", PROGRAM_SEEDS, ids=lambda s: f"program{s}")
 def test_program_equals_eager(seed):
     failures = check_program(seed)
-    assert not failures, _report(failures)
+    assert not failures, report(failures)
 
 
 @pytest.mark.parametrize("seed", MODEL_SEEDS, ids=lambda s: f"model{s}")
 def test_model_equals_eager(seed):
     failures = check_model(seed)
-    assert not failures, _report(failures)
+    assert not failures, report(failures)
 
 
 def _plant_wrong_recomputation(monkeypatch):
