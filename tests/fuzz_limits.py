@@ -125,6 +125,17 @@ KNOWN_LIMITS = (
         "namespace holds no autograd view",
     ),
     KnownLimit(
+        "data-swap-shares-version",
+        "docs/runtime.md, Semantics that users see: Known, loud; strict xfail in "
+        "tests/test_runtime_fuzz_found3.py",
+        "v.data = new keeps the version counter v shares with its base or views (PyTorch's "
+        "set_data), so a later in-place write to v's new memory moves the base's _version: a "
+        "recomputation reading the unchanged plain base raises StaleInputError (fuzz seed "
+        "601102; eager raises the same only where autograd saved the base)",
+        ".data assigned only to tensors that are not views and of which the namespace holds "
+        "no view",
+    ),
+    KnownLimit(
         "det-double-backward-under-a-mode",
         "PyTorch (det's backward branches on any dispatch mode): docs/runtime.md, Limitations "
         "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
@@ -183,6 +194,13 @@ def may_reshape_data(t: torch.Tensor, ns: dict | None = None) -> bool:
         return False
     if ns is None:
         return True
+    return t._base is None and not any(
+        isinstance(v, torch.Tensor) and v._base is t for v in ns.values()
+    )
+
+
+def may_swap_data(t: torch.Tensor, ns: dict) -> bool:
+    """data-swap-shares-version: ``t`` shares its version counter with no tensor of ``ns``."""
     return t._base is None and not any(
         isinstance(v, torch.Tensor) and v._base is t for v in ns.values()
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from fuzz_limits import may_reshape_data, may_values_only_linalg
+from fuzz_limits import may_reshape_data, may_swap_data, may_values_only_linalg
 from fuzz_templates import fl, is_t, template
 
 
@@ -23,14 +23,14 @@ def t_data(g):
     leaf ``p`` given a new value (manual SGD), or ``c`` given a plain leaf made before the
     session (refused for a ``c`` the body made: docs/runtime.md, Limitations)."""
     r = g.r
-    c = g.pick(lambda v: is_t(v) and not v.dtype.is_complex)
+    c = g.pick(lambda v: is_t(v) and not v.dtype.is_complex and may_swap_data(v, g.ns))
     if c is None:
         return None
     cv = g.ns[c]
     same = g.names(lambda v: is_t(v) and v.shape == cv.shape and v.dtype == cv.dtype)
     other = g.names(lambda v: is_t(v) and not v.dtype.is_complex and v.shape != cv.shape)
     leaves = g.names(lambda v: fl(v) and v.is_leaf and v.requires_grad and v.numel() > 0)
-    leaves = [n for n in leaves if n.startswith("a")]  # made before the session: plain
+    leaves = [n for n in leaves if n.startswith("a") and may_swap_data(g.ns[n], g.ns)]
     forms = []
     if same:
         t = r.choice(same)

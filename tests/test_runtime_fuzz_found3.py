@@ -105,3 +105,29 @@ def test_view_of_a_base_whose_data_took_another_shape_has_a_grad_fn():
 
     assert run(contextlib.nullcontext()) == (False, "AsStridedBackward0")
     assert run(tritondtr.enable(budget=None)) == (False, "AsStridedBackward0")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=rt.StaleInputError,
+    reason="tritondtr: PyTorch's set_data keeps the version counter a plain view shares with its "
+    "base, so after v.data = new a write to v's new memory moves the base's _version, and a "
+    "recomputation reading the unchanged base is refused as stale (fuzz seed 601102; known "
+    "limit data-swap-shares-version)",
+)
+def test_a_write_after_a_views_data_swap_leaves_its_base_recomputable():
+    def run(ctx):
+        torch.manual_seed(0)
+        a = torch.randn(4, 6, dtype=torch.float64)
+        v = a.view(torch.int64)  # a plain view: it shares a's version counter
+        with ctx as s:
+            v.data = v.detach().flip(0)  # v gets other memory, the same version counter
+            y = a.sin()  # a recipe reads a (its _version recorded)
+            v.mul_(2)  # a's memory unchanged, a._version moves
+            if s is not None:
+                s.evict_all()
+            z = y * 3  # y recomputed from a
+            return rt.unwrap(z).clone(), a.clone(), v.clone(), a._version
+
+    want, got = run(contextlib.nullcontext()), run(tritondtr.enable(budget=None))
+    assert all(torch.equal(w, g) for w, g in zip(want[:3], got[:3])) and want[3] == got[3]
