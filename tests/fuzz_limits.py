@@ -132,8 +132,8 @@ KNOWN_LIMITS = (
         "set_data), so a later in-place write to v's new memory moves the base's _version: a "
         "recomputation reading the unchanged plain base raises StaleInputError (fuzz seed "
         "601102; eager raises the same only where autograd saved the base)",
-        ".data assigned only to tensors that are not views and of which the namespace holds "
-        "no view",
+        ".data assigned only to tensors that are not views and share memory with no other "
+        "tensor of the namespace",
     ),
     KnownLimit(
         "det-double-backward-under-a-mode",
@@ -200,9 +200,22 @@ def may_reshape_data(t: torch.Tensor, ns: dict | None = None) -> bool:
 
 
 def may_swap_data(t: torch.Tensor, ns: dict) -> bool:
-    """data-swap-shares-version: ``t`` shares its version counter with no tensor of ``ns``."""
-    return t._base is None and not any(
-        isinstance(v, torch.Tensor) and v._base is t for v in ns.values()
+    """data-swap-shares-version: ``t`` shares its version counter with no tensor of ``ns``: it
+    is no autograd view and no other tensor there is a view of it or shares its memory (a
+    ``view(dtype)`` of a tensor requiring grad is no autograd view, yet shares both)."""
+
+    def ptr(v: torch.Tensor) -> int:
+        try:
+            return v.untyped_storage().data_ptr()
+        except RuntimeError:  # no storage (sparse, ...)
+            return 0
+
+    if t._base is not None:
+        return False
+    p = ptr(t)
+    return not any(
+        isinstance(v, torch.Tensor) and v is not t and (v._base is t or (p and ptr(v) == p))
+        for v in ns.values()
     )
 
 
