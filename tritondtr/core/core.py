@@ -116,6 +116,33 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    ``g`` resident and ``x`` evicted, ``x``'s recomputation evicted ``g``, and ``g``'s chain
 #    did not fit beside ``x``. Nothing is held by the driver yet (the runtime reads no buffer
 #    before this pass), so the memory given back is real.
+
+# NOTE [ Fused versions ]
+# 1. An in-place op makes a new version ``v`` of the storage ``p`` it writes (NOTE [ In-place
+#    versions ] in runtime/outputs.py); ``p`` stays, evicted, as ``v``'s parent. When no other
+#    storage reads ``p`` (no recipe but ``v``'s: ``nread``), ``p`` is needed for one thing
+#    only, recomputing ``v``, and nothing can start reading it later (its buffer holds ``v``
+#    now). Then ``v`` absorbs ``p`` (:meth:`Core.new`): ``v``'s parents are ``p``'s parents
+#    and the op's other inputs, its cost is ``p``'s plus the op's, it is a version of what
+#    ``p`` was a version of (``writes``, -1 for an op's fresh output: NOTE [ Consumed
+#    versions ] in remat.py applies to the chain's first link), its recomputation replays
+#    ``p``'s recipe, then the op on the buffer that gives (``run_recipe`` in
+#    runtime/recipe.py), and ``p`` leaves the core at once.
+# 2. So a chain of in-place ops (an RNN cell's gates: ``addmm``, then ``add_``, ``sigmoid_``,
+#    ``mul_`` on chunks of that one buffer) is one storage, recomputed in one step, instead
+#    of one evicted storage and one rematerialization per link.
+# 3. Only when the op reads ``p`` (``p`` among its parents): an op that overwrites ``p``
+#    without reading it (NOTE [ Overwriting ops ] in runtime/outputs.py) does not depend on
+#    it, and its recipe does not keep ``p``'s parents alive, as every parent must be.
+# 4. At most ``_MAX_LINKS`` (16) ops per fused recipe: beyond, the new version keeps ``p`` as
+#    an ordinary evicted parent (an in-place accumulation loop would otherwise make a
+#    recipe as long as the loop, replayed by recursion).
+# 5. The decision depends only on the events (which storages read which), not on the
+#    budget, so every core fuses the same versions: the runtime and the twin at any budget,
+#    stress and unlimited runs. ``p``'s id is reused only after the op ends (:meth:`end`),
+#    so a driver still holding ``p`` during the op sees it ``FREE``, never another storage;
+#    the drivers drop it then (the runtime's ``Storage.sid`` -1, the twin's map).
+# 6. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
 """
 
 from __future__ import annotations
@@ -133,6 +160,8 @@ from .remat import Rematerializer
 from .stats import CoreStats
 
 __all__ = ["Core", "Executor"]
+
+_MAX_LINKS = 16  # NOTE [ Fused versions ] rule 4: ops per fused recipe, at most
 
 
 class Executor(Protocol):
@@ -209,6 +238,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.in_bw = bytearray()  # listed in ``bw`` (NOTE [ Backward storages ] rule 2)
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
         self.writes: list[int] = []  # the storage it is an in-place version of, or -1
+        self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
+        self.links: dict[int, int] = {}  # fused sid -> ops in its recipe (ibid. rule 4)
+        self.absorbed: list[int] = []  # ids of absorbed versions, reused after the op (rule 5)
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
@@ -251,6 +283,24 @@ class Core(Evictor, Rematerializer, Anchors):
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
         place, or -1."""
+        fused = (
+            writes >= 0
+            and not self.nread[writes]
+            and self.state[writes] == EVICTED
+            and writes in inputs  # not an overwrite (NOTE [ Overwriting ops ]): rule 1
+        )
+        if fused:  # NOTE [ Fused versions ] rule 1
+            links = self.links.get(writes, 1) + 1
+            if links > _MAX_LINKS:  # rule 4
+                fused = False
+            else:
+                p = writes
+                inputs = self.inputs[p] + tuple(i for i in inputs if i != p)
+                cost += self.cost[p]
+                writes = self.writes[p]
+        nread = self.nread
+        for i in inputs:
+            nread[i] += 1
         free = self.free_ids
         if free:
             sid = free.pop()
@@ -258,7 +308,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self.seen[sid], self.inputs[sid], self.name[sid] = self.now, inputs, name
             self.state[sid], self.held[sid] = RESIDENT, 1
             self.pinned[sid], self.backward[sid] = pinned, backward
-            self.writes[sid] = writes
+            self.writes[sid], nread[sid] = writes, 0
         else:
             sid = len(self.size)
             self.size.append(size)
@@ -274,11 +324,15 @@ class Core(Evictor, Rematerializer, Anchors):
             self.in_bw.append(0)
             self.eslot.append(-1)
             self.writes.append(writes)
+            nread.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
         else:
             self._enter(sid, pinned, backward)
         self.grow(size)
+        if fused:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
+            self.links[sid] = links
+            self.forget(p, reuse=False)
         return sid
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
@@ -423,7 +477,11 @@ class Core(Evictor, Rematerializer, Anchors):
         self.op_bytes = 0
 
     def end(self) -> None:
-        """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4."""
+        """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4; the ids of the
+        versions it fused are free again (NOTE [ Fused versions ] rule 5)."""
+        if self.absorbed:
+            self.free_ids.extend(self.absorbed)
+            self.absorbed.clear()
         if self.stress:
             self.evict_all()
 
@@ -514,6 +572,11 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         if self.readers:
             self._unread(sid)
+        nread = self.nread
+        for i in self.inputs[sid]:
+            nread[i] -= 1
+        if self.links:
+            self.links.pop(sid, None)
         self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
         self.anchored.pop(sid, None)
         self.executor.keep(sid)
@@ -527,8 +590,10 @@ class Core(Evictor, Rematerializer, Anchors):
             if r is not None:
                 r.pop(sid, None)
 
-    def forget(self, sid: int) -> None:
-        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core."""
+    def forget(self, sid: int, reuse: bool = True) -> None:
+        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core.
+        ``reuse`` False: its id is free once the op in flight ends (NOTE [ Fused versions ]
+        rule 5)."""
         state = self.state[sid]
         if state == RESIDENT:
             self.resident -= self.size[sid]
@@ -541,6 +606,9 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         if self.readers:
             self._unread(sid)
+        nread = self.nread
+        for i in self.inputs[sid]:
+            nread[i] -= 1
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
         self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
@@ -548,7 +616,9 @@ class Core(Evictor, Rematerializer, Anchors):
             self.anc_sums.pop(sid, None)
             self.anc_inside.pop(sid, None)
             self.anc_border.pop(sid, None)
-        self.free_ids.append(sid)
+        if self.links:
+            self.links.pop(sid, None)
+        (self.free_ids if reuse else self.absorbed).append(sid)
 
     def held_storages(self) -> list[int]:
         """The tracked storages a wrapper holds, in creation order while lazy, else in engine
@@ -596,6 +666,12 @@ class Core(Evictor, Rematerializer, Anchors):
         )
         for sid in self.anchored:
             assert self.state[sid] == RESIDENT, f"storage {sid}: anchored, not resident"
+        nread = [0] * len(self.nread)  # NOTE [ Fused versions ]
+        for sid, st in enumerate(self.state):
+            if st != FREE:
+                for i in self.inputs[sid]:
+                    nread[i] += 1
+        assert nread == self.nread, "storages' reader counts"
         if self.readers is not None and not self.lazy:  # NOTE [ Readers before release ]
             for sid, st in enumerate(self.state):
                 if st in (RESIDENT, EVICTED):

@@ -313,15 +313,20 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
     for pos, j, src, view, version, mode in rec.inputs:
         if mode == READ:
             buf = src.buf
-            if version is not None and buf._version != version:
+            if buf is None:  # a version this recipe absorbed (NOTE [ Fused versions ])
+                buf = _absorbed(src, copies, stand_in, consume)
+            elif version is not None and buf._version != version:
                 raise StaleInputError(info.name, buf.shape, version, buf._version)
             v = buf if view is None else derive(buf, view)
         elif mode == WRITE:
             c = copies.get(id(src))
             if c is None:
-                c = copies[id(src)] = (
-                    src.buf if src is consume else clone_buffer(src.buf, src.nbytes)
-                )
+                if src.buf is None:
+                    c = _absorbed(src, copies, stand_in, consume)
+                else:
+                    c = copies[id(src)] = (
+                        src.buf if src is consume else clone_buffer(src.buf, src.nbytes)
+                    )
             v = c if view is None else derive(c, view)
         elif mode == BLANK:  # NOTE [ Overwriting ops ]: the op writes every element
             nbytes, device, geom = src
@@ -364,6 +369,22 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
             o = out if len(info.rets) == 1 else out[r]
             res.append(o if j < 0 else o[j])
     return res
+
+
+def _absorbed(src, copies: dict, stand_in, consume) -> torch.Tensor:
+    """The buffer of version ``src``, which the recipe being run absorbed (NOTE [ Fused
+    versions ] in core/core.py): ``src``'s own recipe run again (``consume`` is the chain's
+    first written version, NOTE [ Consumed versions ]), once per run, so that every argument
+    reading ``src`` sees the one buffer the op writes, as in the first execution."""
+    c = copies.get(id(src))
+    if c is None:
+        if src.sid >= 0 or src.recipe is None:
+            raise AssertionError(
+                "bug of tritondtr: a recipe reads an evicted storage the core did not make "
+                f"resident ({src.recipe.info.name if src.recipe else 'external'})"
+            )
+        c = copies[id(src)] = run_recipe(src.recipe, (src.out,), stand_in, consume)[0]
+    return c
 
 
 def _run(rec, args, kwargs):

@@ -88,7 +88,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
-from ..residency import EVICTED
+from ..residency import EVICTED, FREE
 from . import boundary, plaindata
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
@@ -177,6 +177,8 @@ class Session:
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
         self.released: list[int] = []  # rule 3: sids
+        self.absorbed: list[Storage] = []  # versions the op in flight fused (NOTE [ Fused
+        # versions ] in core/core.py): their ``sid`` becomes -1 when the op ends
         self.depth = 0  # > 0 while an op is in flight (then the queues are not drained)
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
@@ -424,6 +426,10 @@ class Session:
                 core.unlock(sid)
             if core.deferred or core.input_locks:
                 core.release_inputs()
+            if self.absorbed:  # NOTE [ Fused versions ] rule 5: before ``end`` frees the ids
+                for s in self.absorbed:
+                    s.sid = -1
+                self.absorbed.clear()
             self.depth -= 1
         st = self.stats
         st.ops += 1
@@ -515,6 +521,8 @@ class Session:
         core = self.core
         backward = core.pin_backward and _in_backward() >= 0
         sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward, writes)
+        if writes >= 0 and core.state[writes] == FREE:  # NOTE [ Fused versions ] in core
+            self.absorbed.append(self.storage(writes))
         s = Storage(buf, nbytes, sid, recipe, out, self.released)
         refs = self.storages
         if sid < len(refs):

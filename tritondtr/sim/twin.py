@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 
 from ..core import BudgetError, Core, ThrashError
-from ..residency import EXTERNAL, RESIDENT
+from ..residency import EXTERNAL, FREE, RESIDENT
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .replay import RunStats
 
@@ -254,6 +254,8 @@ class _Twin:
                 bw and bool(f & _BACKWARD),
                 old,
             )
+            if old >= 0 and core.state[old] == FREE:  # NOTE [ Fused versions ] rule 5
+                sid_of[base[inputs[lo + w]]] = -1
             base[t] = t
             refs[t] = 1
         core.end()
