@@ -283,23 +283,19 @@ class Core(Evictor, Rematerializer, Anchors):
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
         place, or -1."""
-        fused = (
-            writes >= 0
-            and not self.nread[writes]
-            and self.state[writes] == EVICTED
-            and writes in inputs  # not an overwrite (NOTE [ Overwriting ops ]): rule 1
-        )
-        if fused:  # NOTE [ Fused versions ] rule 1
+        counted = inputs
+        fuse = writes >= 0 and not self.nread[writes] and writes in inputs
+        if fuse:  # NOTE [ Fused versions ] rules 1, 3
             links = self.links.get(writes, 1) + 1
-            if links > _MAX_LINKS:  # rule 4
-                fused = False
-            else:
-                p = writes
-                inputs = self.inputs[p] + tuple(i for i in inputs if i != p)
-                cost += self.cost[p]
-                writes = self.writes[p]
+            fuse = links <= _MAX_LINKS and self.state[writes] == EVICTED  # rule 4
+        if fuse:
+            p = writes
+            counted = tuple([i for i in inputs if i != p])  # p's reads pass to the new version
+            inputs = self.inputs[p] + counted
+            cost += self.cost[p]
+            writes = self.writes[p]
         nread = self.nread
-        for i in inputs:
+        for i in counted:
             nread[i] += 1
         free = self.free_ids
         if free:
@@ -330,9 +326,10 @@ class Core(Evictor, Rematerializer, Anchors):
         else:
             self._enter(sid, pinned, backward)
         self.grow(size)
-        if fused:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
+        if fuse:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
             self.links[sid] = links
-            self.forget(p, reuse=False)
+            self._leave(p)
+            self.absorbed.append(p)
         return sid
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
@@ -590,14 +587,21 @@ class Core(Evictor, Rematerializer, Anchors):
             if r is not None:
                 r.pop(sid, None)
 
-    def forget(self, sid: int, reuse: bool = True) -> None:
-        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core.
-        ``reuse`` False: its id is free once the op in flight ends (NOTE [ Fused versions ]
-        rule 5)."""
-        state = self.state[sid]
-        if state == RESIDENT:
+    def forget(self, sid: int) -> None:
+        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core."""
+        if self.state[sid] == RESIDENT:
             self.resident -= self.size[sid]
             self.stats.resident_bytes = self.resident
+        nread = self.nread
+        for i in self.inputs[sid]:
+            nread[i] -= 1
+        self._leave(sid)
+        self.free_ids.append(sid)
+
+    def _leave(self, sid: int) -> None:
+        """``sid`` leaves the engine and every index; its state is FREE (its bytes and its
+        reads are the caller's: :meth:`forget`, or a version absorbing it, NOTE [ Fused
+        versions ])."""
         if self.lazy:
             self.lazy_live.pop(sid, None)
         elif self.eslot[sid] >= 0:
@@ -606,9 +610,6 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         if self.readers:
             self._unread(sid)
-        nread = self.nread
-        for i in self.inputs[sid]:
-            nread[i] -= 1
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
         self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
@@ -618,7 +619,6 @@ class Core(Evictor, Rematerializer, Anchors):
             self.anc_border.pop(sid, None)
         if self.links:
             self.links.pop(sid, None)
-        (self.free_ids if reuse else self.absorbed).append(sid)
 
     def held_storages(self) -> list[int]:
         """The tracked storages a wrapper holds, in creation order while lazy, else in engine
