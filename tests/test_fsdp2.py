@@ -49,8 +49,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
         att = torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1)
-        x = x + self.proj(att @ v)
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+        h = self.proj(att @ v)
+        h += x  # in place on a Linear's output: the version absorbs the one reading the weight
+        return h + self.fc2(nn.functional.gelu(self.fc1(self.ln2(h))))
 
 
 class Net(nn.Module):

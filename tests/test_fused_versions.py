@@ -110,16 +110,18 @@ def test_a_fused_recipe_holds_at_most_max_links_ops():
 
 
 def test_an_absorbed_id_is_reused_only_after_the_op():
-    """Rule 5: during the op the absorbed id stays ``FREE`` (a second output does not get
-    it); the next op may reuse it."""
+    """Rules 5 and 6: during the op the absorbed id stays ``FREE``, and a second output,
+    given the op's parents as the drivers give them (``g0`` among them), reads ``g0``'s
+    parents and pays its cost instead; the next op may reuse the id."""
     core, _ = _core()
     x = _op(core, "x", ())
-    g0 = _op(core, "mm", (x,))
+    g0 = _op(core, "mm", (x,), cost=10.0)
     core.begin("two_outputs_")
     core.hand_out(g0)
     g1 = core.new(100, 1.0, (g0,), "two_outputs_", writes=g0)
-    other = core.new(100, 1.0, (g1,), "two_outputs_")
+    other = core.new(100, 1.0, (g0,), "two_outputs_")
     assert core.state[g0] == FREE and other != g0
+    assert core.inputs[g1] == core.inputs[other] == (x,) and core.cost[other] == 11.0
     core.end()
     assert _op(core, "next", (x,)) == g0
     core.check_invariants()
@@ -155,6 +157,40 @@ def test_the_runtime_rebuilds_a_fused_chain_exactly_once():
     assert torch.equal(rt.unwrap(got), ref)
     st = rec.stats
     assert st.rematerializations == 1
+    twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
+    assert (twin.evictions, twin.remats, twin.peak_bytes) == (
+        st.evictions,
+        st.rematerializations,
+        st.peak_bytes,
+    )
+
+
+def test_an_op_writing_two_tensors_absorbs_one_and_recomputes_both():
+    """``_foreach_add_([a, b])``: ``a``'s old version is absorbed, ``b``'s is read by ``a``'s
+    new version and stays; ``b``'s new version replays the op, ``a``'s old version included
+    (rule 6: found by review, a crash before). Values equal to eager's, the twin's counts
+    equal."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 64)
+
+    def prog(session=None):
+        h = x * 1.5
+        a, b = h * 2, x * 3
+        torch._foreach_add_([a, b], 1.0)
+        if session is not None:
+            session.evict_all()
+        return a + 1, b + 1
+
+    ref = prog()
+    for kw in ({"budget": 1 << 20}, {"stress": True}):
+        with tritondtr.enable(debug=True, **kw) as s:
+            got = prog(s)
+            s.check_invariants()
+        assert all(torch.equal(rt.unwrap(g), r) for g, r in zip(got, ref)), kw
+    with tritondtr.trace(None, budget=1 << 20, cost="analytic") as rec:
+        got = prog(rec.session)
+    assert all(torch.equal(rt.unwrap(g), r) for g, r in zip(got, ref))
+    st = rec.stats
     twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
     assert (twin.evictions, twin.remats, twin.peak_bytes) == (
         st.evictions,

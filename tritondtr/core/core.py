@@ -142,7 +142,13 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    stress and unlimited runs. ``p``'s id is reused only after the op ends (:meth:`end`),
 #    so a driver still holding ``p`` during the op sees it ``FREE``, never another storage;
 #    the drivers drop it then (the runtime's ``Storage.sid`` -1, the twin's map).
-# 6. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
+# 6. An op that writes several tracked tensors (``_foreach_add_``) hands every output the
+#    same parents, ``p`` among them, also after one output absorbed ``p``. The later
+#    outputs' recipes replay the whole op, ``p`` included (its recipe, as the absorbing
+#    version does), so for them ``p`` stands for its parents and its cost (``absorbed``
+#    keeps both until the op ends). Found by review: the second output read ``p``'s freed
+#    id.
+# 7. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
 """
 
 from __future__ import annotations
@@ -240,7 +246,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.writes: list[int] = []  # the storage it is an in-place version of, or -1
         self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
         self.links: dict[int, int] = {}  # fused sid -> ops in its recipe (ibid. rule 4)
-        self.absorbed: list[int] = []  # ids of absorbed versions, reused after the op (rule 5)
+        # absorbed id -> (its parents, its cost) until the op ends (ibid. rules 5, 6)
+        self.absorbed: dict[int, tuple[tuple[int, ...], float]] = {}
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
@@ -283,6 +290,10 @@ class Core(Evictor, Rematerializer, Anchors):
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
         place, or -1."""
+        ab = self.absorbed
+        if ab and any(i in ab for i in inputs):  # NOTE [ Fused versions ] rule 6
+            cost += sum(ab[i][1] for i in set(inputs) if i in ab)
+            inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
         counted = inputs
         fuse = writes >= 0 and not self.nread[writes] and writes in inputs
         if fuse:  # NOTE [ Fused versions ] rules 1, 3
@@ -328,8 +339,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.grow(size)
         if fuse:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
             self.links[sid] = links
+            ab[p] = (self.inputs[p], self.cost[p])
             self._leave(p)
-            self.absorbed.append(p)
         return sid
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:

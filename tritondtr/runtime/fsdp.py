@@ -10,7 +10,8 @@
 # 2. Just before FSDP frees the parameters of one ``fully_shard`` group (its
 #    ``FSDPParamGroup._to_sharded`` / ``_to_sharded_post_forward``, wrapped while a session
 #    is active, with ``_to_unsharded``: :meth:`FSDPWatch.install`), the session looks for
-#    the live storages whose recipes read them (their *readers*). If a wrapper still holds
+#    the live storages whose recipes read them, directly or through a version they absorbed
+#    (NOTE [ Fused versions ] in core/core.py; their *readers*). If a wrapper still holds
 #    one of them or anything computed from them, it keeps the cheapest of three sufficient
 #    cuts, in bytes not already kept:
 #      a. ``readers``: anchor the readers (NOTE [ Anchored storages ] in core/anchors.py);
@@ -59,7 +60,7 @@ from typing import NamedTuple
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .recipe import PLAIN, derive, geometry
+from .recipe import PLAIN, WRITE, derive, geometry
 
 __all__ = ["FSDPWatch", "storage_key"]
 
@@ -238,10 +239,8 @@ class FSDPWatch:
             s = ref() if ref is not None else None
             if s is None or s.recipe is None or s.sid < 0:
                 continue
-            for e in s.recipe.inputs:
-                if e.mode == PLAIN and storage_key(e.source) in keys:
-                    found.append(s.sid)
-                    break
+            if _reads(s.recipe, keys):
+                found.append(s.sid)
         return found
 
     @property
@@ -254,6 +253,20 @@ class FSDPWatch:
         if copy is None or t.untyped_storage().nbytes():
             return t
         return derive(copy, geometry(t))
+
+
+def _reads(rec, keys: set[int]) -> bool:
+    """Whether ``rec`` reads plain memory ``keys``, itself or through a version it absorbed
+    (NOTE [ Fused versions ] in core/core.py: an input Storage with sid -1 and a recipe)."""
+    for e in rec.inputs:
+        if e.mode == PLAIN:
+            if storage_key(e.source) in keys:
+                return True
+        elif e.mode <= WRITE:
+            src = e.source
+            if src.sid < 0 and src.recipe is not None and _reads(src.recipe, keys):
+                return True
+    return False
 
 
 def _storages(group) -> list[tuple[int, torch.UntypedStorage]]:
