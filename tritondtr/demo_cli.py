@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .demo import HEURISTIC, lowest_working, run_demo
+from .demo import DEMO_CONFIG, HEURISTIC, lowest_working, run_demo
 from .demo_report import format_table, write_outputs
 from .tinygpt import GPTConfig, TinyGPT
 from .units import format_bytes
@@ -46,7 +46,7 @@ def _ratios(text: str) -> tuple[float, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tritondtr demo``."""
-    d = GPTConfig()
+    d = DEMO_CONFIG
     parser.add_argument("--steps", type=int, default=4, help="training steps per run (default: 4)")
     parser.add_argument(
         "--refine",
