@@ -199,6 +199,65 @@ def test_an_op_writing_two_tensors_absorbs_one_and_recomputes_both():
     )
 
 
+def test_versions_reading_an_absorbed_one_nest_at_most_max_links_recipes():
+    """Rule 6 with rule 4: foreach ops alternating their list's order (``[a, b]``, then
+    ``[b, a]``) absorb one list's version and make the other's read the absorbed one's
+    parents; its replay nests the absorbed recipes, so ``links`` counts them and bounds the
+    chain (unbounded, the runtime's replay recursed once more per op: a RecursionError
+    after ~300 ops, fuzz session 13)."""
+    core, _ = _core()
+    a, b = _op(core, "a", ()), _op(core, "b", ())
+    for k in range(4 * _MAX_LINKS):
+        first, second = (a, b) if k % 2 else (b, a)
+        core.begin("_foreach_add_")
+        core.hand_out(first)
+        f1 = core.new(100, 1.0, (first, second), "_foreach_add_", writes=first)
+        core.hand_out(second)
+        s1 = core.new(100, 1.0, (first, second), "_foreach_add_", writes=second)
+        core.end()
+        a, b = (f1, s1) if k % 2 else (s1, f1)
+        assert max(core.links.values()) <= _MAX_LINKS + 1
+    assert max(len(i) for i in core.inputs) <= 2 * _MAX_LINKS
+    core.check_invariants()
+
+
+def test_alternating_foreach_ops_replay_as_eager_under_stress(monkeypatch):
+    """The runtime side: 40 foreach ops alternating their list's order, every storage
+    evicted after each op; values equal eager's and no replay nests more recipes than rule
+    4 allows (``run_recipe`` calls itself once per nested recipe)."""
+    import tritondtr.runtime.recipe as recipe
+
+    depth, deepest, run = [0], [0], recipe.run_recipe
+
+    def counted(*args):
+        depth[0] += 1
+        deepest[0] = max(deepest[0], depth[0])
+        try:
+            return run(*args)
+        finally:
+            depth[0] -= 1
+
+    monkeypatch.setattr(recipe, "run_recipe", counted)
+    torch.manual_seed(0)
+    x, y = torch.randn(8), torch.randn(8)
+
+    def prog():
+        a, b = x * 1, y * 1
+        for k in range(40):
+            if k % 2:
+                torch._foreach_add_([a, b], 0.5)
+            else:
+                torch._foreach_mul_([b, a], 0.75)
+        return a * 1, b * 1
+
+    ref = prog()
+    with tritondtr.enable(stress=True, debug=True) as s:
+        got = [rt.unwrap(t) for t in prog()]
+        s.check_invariants()
+    assert all(torch.equal(g, r) for g, r in zip(got, ref))
+    assert 0 < deepest[0] <= _MAX_LINKS + 1
+
+
 def test_gru_cell_gradients_and_twin_under_a_budget():
     """An unrolled ``nn.GRUCell`` (its gates are such a chain) at half its peak: gradients
     equal to eager's, and the twin replays the recorded run's counts exactly."""

@@ -147,7 +147,10 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    outputs' recipes replay the whole op, ``p`` included (its recipe, as the absorbing
 #    version does), so for them ``p`` stands for its parents and its cost (``absorbed``
 #    keeps both until the op ends). Found by review: the second output read ``p``'s freed
-#    id.
+#    id. Their replay nests ``p``'s recipes, which rule 4 bounds as a fused chain's
+#    (``links``; ``absorbed`` keeps ``p``'s too): unbounded, foreach ops alternating their
+#    list's order (``[a, b]``, then ``[b, a]``) nested one recipe more per op, a
+#    ``RecursionError`` in the runtime's replay after ~300 ops (fuzz session 13).
 # 7. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
 """
 
@@ -245,9 +248,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
         self.writes: list[int] = []  # the storage it is an in-place version of, or -1
         self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
-        self.links: dict[int, int] = {}  # fused sid -> ops in its recipe (ibid. rule 4)
-        # absorbed id -> (its parents, its cost) until the op ends (ibid. rules 5, 6)
-        self.absorbed: dict[int, tuple[tuple[int, ...], float]] = {}
+        self.links: dict[int, int] = {}  # sid -> recipes its replay nests (ibid. rules 4, 6)
+        # absorbed id -> (its parents, its cost, its links) until the op ends (ibid. 5, 6)
+        self.absorbed: dict[int, tuple[tuple[int, ...], float, int]] = {}
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
@@ -290,14 +293,15 @@ class Core(Evictor, Rematerializer, Anchors):
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
         place, or -1."""
-        ab = self.absorbed
+        ab, deep = self.absorbed, 0
         if ab and any(i in ab for i in inputs):  # NOTE [ Fused versions ] rule 6
             cost += sum(ab[i][1] for i in set(inputs) if i in ab)
+            deep = max(ab[i][2] for i in inputs if i in ab)  # the recipes its replay nests
             inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
         counted = inputs
         fuse = writes >= 0 and not self.nread[writes] and writes in inputs
         if fuse:  # NOTE [ Fused versions ] rules 1, 3
-            links = self.links.get(writes, 1) + 1
+            links = max(self.links.get(writes, 1), deep) + 1
             fuse = links <= _MAX_LINKS and self.state[writes] == EVICTED  # rule 4
         if fuse:
             p = writes
@@ -339,8 +343,10 @@ class Core(Evictor, Rematerializer, Anchors):
         self.grow(size)
         if fuse:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
             self.links[sid] = links
-            ab[p] = (self.inputs[p], self.cost[p])
+            ab[p] = (self.inputs[p], self.cost[p], self.links.get(p, 1))
             self._leave(p)
+        elif deep:  # rule 6: its replay runs the absorbed versions' recipes too
+            self.links[sid] = deep + 1
         return sid
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
@@ -681,6 +687,7 @@ class Core(Evictor, Rematerializer, Anchors):
         for sid, st in enumerate(self.state):
             if st != FREE:
                 for i in self.inputs[sid]:
+                    assert self.state[i] != FREE, f"storage {sid} reads free storage {i}"
                     nread[i] += 1
         assert nread == self.nread, "storages' reader counts"
         if self.readers is not None and not self.lazy:  # NOTE [ Readers before release ]
