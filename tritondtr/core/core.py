@@ -293,22 +293,9 @@ class Core(Evictor, Rematerializer, Anchors):
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
         place, or -1."""
-        ab, deep = self.absorbed, 0
-        if ab and any(i in ab for i in inputs):  # NOTE [ Fused versions ] rule 6
-            cost += sum(ab[i][1] for i in set(inputs) if i in ab)
-            deep = max(ab[i][2] for i in inputs if i in ab)  # the recipes its replay nests
-            inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
-        counted = inputs
-        fuse = writes >= 0 and not self.nread[writes] and writes in inputs
-        if fuse:  # NOTE [ Fused versions ] rules 1, 3
-            links = max(self.links.get(writes, 1), deep) + 1
-            fuse = links <= _MAX_LINKS and self.state[writes] == EVICTED  # rule 4
-        if fuse:
-            p = writes
-            counted = tuple([i for i in inputs if i != p])  # p's reads pass to the new version
-            inputs = self.inputs[p] + counted
-            cost += self.cost[p]
-            writes = self.writes[p]
+        counted, p, links = inputs, -1, 0
+        if writes >= 0 or self.absorbed:  # NOTE [ Fused versions ]: in-place ops only
+            inputs, counted, cost, writes, p, links = self._fuse(inputs, cost, writes)
         nread = self.nread
         for i in counted:
             nread[i] += 1
@@ -341,13 +328,29 @@ class Core(Evictor, Rematerializer, Anchors):
         else:
             self._enter(sid, pinned, backward)
         self.grow(size)
-        if fuse:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
+        if links:  # NOTE [ Fused versions ] rules 4 and 6: the recipes its replay nests
             self.links[sid] = links
-            ab[p] = (self.inputs[p], self.cost[p], self.links.get(p, 1))
-            self._leave(p)
-        elif deep:  # rule 6: its replay runs the absorbed versions' recipes too
-            self.links[sid] = deep + 1
+            if p >= 0:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
+                self.absorbed[p] = (self.inputs[p], self.cost[p], self.links.get(p, 1))
+                self.forget(p, absorbed=True)
         return sid
+
+    def _fuse(self, inputs: tuple, cost: float, writes: int) -> tuple:
+        """NOTE [ Fused versions ] for :meth:`new`: (parents, the parents whose reader count
+        grows, cost, writes, the version absorbed or -1, the recipes the replay nests or 0)."""
+        ab, deep = self.absorbed, 0
+        if ab and any(i in ab for i in inputs):  # rule 6
+            cost += sum(ab[i][1] for i in set(inputs) if i in ab)
+            deep = max(ab[i][2] for i in inputs if i in ab)
+            inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
+        p = writes
+        if p >= 0 and not self.nread[p] and p in inputs:  # rules 1 and 3
+            links = max(self.links.get(p, 1), deep) + 1
+            if links <= _MAX_LINKS and self.state[p] == EVICTED:  # rule 4
+                counted = tuple([i for i in inputs if i != p])  # p's reads pass to the new one
+                inputs = self.inputs[p] + counted
+                return inputs, counted, cost + self.cost[p], self.writes[p], p, links
+        return inputs, inputs, cost, writes, -1, deep + 1 if deep else 0
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
         readers = self.readers
@@ -604,21 +607,17 @@ class Core(Evictor, Rematerializer, Anchors):
             if r is not None:
                 r.pop(sid, None)
 
-    def forget(self, sid: int) -> None:
-        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core."""
-        if self.state[sid] == RESIDENT:
-            self.resident -= self.size[sid]
-            self.stats.resident_bytes = self.resident
-        nread = self.nread
-        for i in self.inputs[sid]:
-            nread[i] -= 1
-        self._leave(sid)
-        self.free_ids.append(sid)
-
-    def _leave(self, sid: int) -> None:
-        """``sid`` leaves the engine and every index; its state is FREE (its bytes and its
-        reads are the caller's: :meth:`forget`, or a version absorbing it, NOTE [ Fused
-        versions ])."""
+    def forget(self, sid: int, absorbed: bool = False) -> None:
+        """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core.
+        ``absorbed``: a version another one absorbed (NOTE [ Fused versions ]): evicted, its
+        reads passed to that one, its id free once the op ends."""
+        if not absorbed:
+            if self.state[sid] == RESIDENT:
+                self.resident -= self.size[sid]
+                self.stats.resident_bytes = self.resident
+            nread = self.nread
+            for i in self.inputs[sid]:
+                nread[i] -= 1
         if self.lazy:
             self.lazy_live.pop(sid, None)
         elif self.eslot[sid] >= 0:
@@ -636,6 +635,8 @@ class Core(Evictor, Rematerializer, Anchors):
             self.anc_border.pop(sid, None)
         if self.links:
             self.links.pop(sid, None)
+        if not absorbed:
+            self.free_ids.append(sid)
 
     def held_storages(self) -> list[int]:
         """The tracked storages a wrapper holds, in creation order while lazy, else in engine
