@@ -165,11 +165,12 @@ def test_the_runtime_rebuilds_a_fused_chain_exactly_once():
     )
 
 
-def test_an_op_writing_two_tensors_absorbs_one_and_recomputes_both():
-    """``_foreach_add_([a, b])``: ``a``'s old version is absorbed, ``b``'s is read by ``a``'s
-    new version and stays; ``b``'s new version replays the op, ``a``'s old version included
-    (rule 6: found by review, a crash before). Values equal to eager's, the twin's counts
-    equal."""
+def test_an_op_writing_two_tensors_absorbs_neither():
+    """``_foreach_add_([a, b])`` writes two storages: rule 3 absorbs neither old version
+    (``alone``); both new versions replay the op from them. Before ``alone``, ``a``'s was
+    absorbed and ``b``'s new version read its freed id (found by review: a crash). Values
+    equal to eager's under a budget and stress, the twin's counts equal (the twin tells
+    ``alone`` from the trace)."""
     torch.manual_seed(0)
     x = torch.randn(64, 64)
 
@@ -186,6 +187,7 @@ def test_an_op_writing_two_tensors_absorbs_one_and_recomputes_both():
         with tritondtr.enable(debug=True, **kw) as s:
             got = prog(s)
             s.check_invariants()
+            assert not s.core.links  # nothing fused
         assert all(torch.equal(rt.unwrap(g), r) for g, r in zip(got, ref)), kw
     with tritondtr.trace(None, budget=1 << 20, cost="analytic") as rec:
         got = prog(rec.session)
@@ -200,10 +202,11 @@ def test_an_op_writing_two_tensors_absorbs_one_and_recomputes_both():
 
 
 def test_versions_reading_an_absorbed_one_nest_at_most_max_links_recipes():
-    """Rule 6 with rule 4: foreach ops alternating their list's order (``[a, b]``, then
-    ``[b, a]``) absorb one list's version and make the other's read the absorbed one's
-    parents; its replay nests the absorbed recipes, so ``links`` counts them and bounds the
-    chain (unbounded, the runtime's replay recursed once more per op: a RecursionError
+    """Rule 6 with rule 4, the core driven as a hand-built trace may (two written outputs,
+    ``alone`` left True): ops alternating their order (``[a, b]``, then ``[b, a]``) absorb
+    one version and make the other read the absorbed one's parents; its replay nests the
+    absorbed recipes, so ``links`` counts them and bounds the chain (unbounded, the
+    runtime's replay recursed once more per op before rule 3's ``alone``: a RecursionError
     after ~300 ops, fuzz session 13)."""
     core, _ = _core()
     a, b = _op(core, "a", ()), _op(core, "b", ())
@@ -223,8 +226,9 @@ def test_versions_reading_an_absorbed_one_nest_at_most_max_links_recipes():
 
 def test_alternating_foreach_ops_replay_as_eager_under_stress(monkeypatch):
     """The runtime side: 40 foreach ops alternating their list's order, every storage
-    evicted after each op; values equal eager's and no replay nests more recipes than rule
-    4 allows (``run_recipe`` calls itself once per nested recipe)."""
+    evicted after each op; values equal eager's, and no replay nests another (rule 3: an op
+    writing two storages absorbs neither; ``run_recipe`` calls itself once per nested
+    recipe, 40 deep before rule 4 bounded it, then 17, before ``alone``)."""
     import tritondtr.runtime.recipe as recipe
 
     depth, deepest, run = [0], [0], recipe.run_recipe
@@ -255,7 +259,7 @@ def test_alternating_foreach_ops_replay_as_eager_under_stress(monkeypatch):
         got = [rt.unwrap(t) for t in prog()]
         s.check_invariants()
     assert all(torch.equal(g, r) for g, r in zip(got, ref))
-    assert 0 < deepest[0] <= _MAX_LINKS + 1
+    assert deepest[0] == 0
 
 
 def test_gru_cell_gradients_and_twin_under_a_budget():
@@ -305,3 +309,28 @@ def test_an_absorbed_version_is_not_reported_dead_twice():
         s.check_invariants()
     assert torch.equal(rt.unwrap(out), _gate_chain(x, w, b).sum())
     assert RESIDENT != FREE  # the states the tests above compare are distinct
+
+
+@pytest.mark.parametrize("absorbable", [False, True], ids=["a-read-elsewhere", "a-read-only-here"])
+def test_an_argument_reading_a_written_storage_sees_the_op_s_writes(absorbable):
+    """NOTE [ In-place versions ] rule 3 (runtime/outputs.py): ``_foreach_add_([a, b], [b,
+    a])`` adds the new ``a`` to ``b`` in eager; a replay read the old ``a`` (a silently wrong
+    ``b`` when ``a`` was not absorbed: fuzz session 13, helper-27; older than the fused
+    versions)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(64), torch.randn(64)
+
+    def prog(session=None):
+        a, b = x * 1, y * 1
+        r = None if absorbable else a * 2  # a reader keeps a's old version apart
+        torch._foreach_add_([a, b], [b, a])
+        if session is not None:
+            session.evict_all()
+        return a * 1, b * 1, r
+
+    ref = prog()
+    for kw in ({"budget": 1 << 20}, {"stress": True}):
+        with tritondtr.enable(**kw) as s:
+            got = prog(s)
+        for g, want in zip(got, ref):
+            assert (g is None and want is None) or torch.equal(rt.unwrap(g), want), kw

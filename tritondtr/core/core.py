@@ -133,7 +133,12 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    of one evicted storage and one rematerialization per link.
 # 3. Only when the op reads ``p`` (``p`` among its parents): an op that overwrites ``p``
 #    without reading it (NOTE [ Overwriting ops ] in runtime/outputs.py) does not depend on
-#    it, and its recipe does not keep ``p``'s parents alive, as every parent must be.
+#    it, and its recipe does not keep ``p``'s parents alive, as every parent must be. And
+#    only when the op writes no other tracked storage (``alone``, the drivers tell): a
+#    replay of an op writing several (``_foreach_add_([a, b], [b, a])``) rebuilds every
+#    version it absorbed, each by replaying an op that writes several in turn, so the
+#    replays branched out at every level (a tree of recipes, not a chain; 8 ms per
+#    rematerialization of a three-tensor rotation, fuzz session 13).
 # 4. At most ``_MAX_LINKS`` (16) ops per fused recipe: beyond, the new version keeps ``p`` as
 #    an ordinary evicted parent (an in-place accumulation loop would otherwise make a
 #    recipe as long as the loop, replayed by recursion).
@@ -142,15 +147,13 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    stress and unlimited runs. ``p``'s id is reused only after the op ends (:meth:`end`),
 #    so a driver still holding ``p`` during the op sees it ``FREE``, never another storage;
 #    the drivers drop it then (the runtime's ``Storage.sid`` -1, the twin's map).
-# 6. An op that writes several tracked tensors (``_foreach_add_``) hands every output the
-#    same parents, ``p`` among them, also after one output absorbed ``p``. The later
-#    outputs' recipes replay the whole op, ``p`` included (its recipe, as the absorbing
-#    version does), so for them ``p`` stands for its parents and its cost (``absorbed``
-#    keeps both until the op ends). Found by review: the second output read ``p``'s freed
-#    id. Their replay nests ``p``'s recipes, which rule 4 bounds as a fused chain's
-#    (``links``; ``absorbed`` keeps ``p``'s too): unbounded, foreach ops alternating their
-#    list's order (``[a, b]``, then ``[b, a]``) nested one recipe more per op, a
-#    ``RecursionError`` in the runtime's replay after ~300 ops (fuzz session 13).
+# 6. Every output of an op gets the op's parents, ``p`` among them, also an output made after
+#    the version that absorbed ``p`` (the drivers make fresh outputs first, and rule 3 keeps
+#    ops writing several storages out, so only a hand-built trace does this; it was how
+#    ``_foreach_add_([a, b])`` broke before rule 3 had ``alone``: review and fuzzing, session
+#    13). That output's recipe replays ``p``'s too, so for it ``p`` stands for its parents,
+#    its cost and its nesting (``absorbed`` keeps them until the op ends), and rule 4 bounds
+#    the nesting as a fused chain's.
 # 7. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
 """
 
@@ -287,15 +290,17 @@ class Core(Evictor, Rematerializer, Anchors):
         pinned: bool = False,
         backward: bool = False,
         writes: int = -1,
+        alone: bool = True,
     ) -> int:
         """A new resident storage of ``size`` bytes that op ``name`` computed in ``cost`` ns
         from the tracked storages ``inputs`` (its parents); returns its sid. ``backward``:
         created during a backward pass (the caller tests it only when ``pin_backward``).
         ``writes``: the storage (one of ``inputs``) of which this is a new version written in
-        place, or -1."""
+        place, or -1; ``alone``: the op writes no other tracked storage (NOTE [ Fused
+        versions ] rule 3)."""
         counted, p, links = inputs, -1, 0
         if writes >= 0 or self.absorbed:  # NOTE [ Fused versions ]: in-place ops only
-            inputs, counted, cost, writes, p, links = self._fuse(inputs, cost, writes)
+            inputs, counted, cost, writes, p, links = self._fuse(inputs, cost, writes, alone)
         nread = self.nread
         for i in counted:
             nread[i] += 1
@@ -335,7 +340,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 self.forget(p, absorbed=True)
         return sid
 
-    def _fuse(self, inputs: tuple, cost: float, writes: int) -> tuple:
+    def _fuse(self, inputs: tuple, cost: float, writes: int, alone: bool) -> tuple:
         """NOTE [ Fused versions ] for :meth:`new`: (parents, the parents whose reader count
         grows, cost, writes, the version absorbed or -1, the recipes the replay nests or 0)."""
         ab, deep = self.absorbed, 0
@@ -344,7 +349,7 @@ class Core(Evictor, Rematerializer, Anchors):
             deep = max(ab[i][2] for i in inputs if i in ab)
             inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
         p = writes
-        if p >= 0 and not self.nread[p] and p in inputs:  # rules 1 and 3
+        if p >= 0 and alone and not self.nread[p] and p in inputs:  # rules 1 and 3
             links = max(self.links.get(p, 1), deep) + 1
             if links <= _MAX_LINKS and self.state[p] == EVICTED:  # rule 4
                 counted = tuple([i for i in inputs if i != p])  # p's reads pass to the new one

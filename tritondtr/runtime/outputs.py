@@ -14,6 +14,13 @@ cases (one fresh output, one view, an in-place op on its first argument) and sha
 #    the recipe keeps a copy taken before the op, and replays write a copy of that copy.
 #    Batch norm's running statistics are such a write (NOTE [ Op semantics ] rule 2), so a
 #    replay never updates them twice.
+# 3. A replay writes one buffer per written storage (a copy of the old version, or the old
+#    version's own buffer: NOTE [ Consumed versions ] in core/remat.py), and every argument
+#    that reads a written storage reads that buffer, as the first execution read the memory
+#    it wrote: ``torch._foreach_add_([a, b], [b, a])`` adds the new ``a`` to ``b``. Reading
+#    the old version instead gave a silently wrong ``b`` (fuzz session 13, helper-27; older
+#    than NOTE [ Fused versions ], whose absorbed versions were read this way already).
+#    (Overlapping reads and writes within one op PyTorch refuses itself.)
 
 # NOTE [ Overwriting ops ]
 # 1. An op that writes every element of a tracked argument without reading it (NOTE [ Op
@@ -34,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .recipe import PLAIN, WRITE, Cell, Recipe, blank, geometry, storage_ptr
+from .recipe import PLAIN, READ, WRITE, Cell, Recipe, blank, geometry, storage_ptr
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 
@@ -81,6 +88,7 @@ def outputs(
     if wrote:  # NOTE [ In-place versions ] rule 1
         rec = rec or Recipe(info, pargs, pkw, inputs, rng)
         seen = set()
+        alone = len({id(cell.storage) for cell in wrote}) == 1  # NOTE [ Fused versions ] 3
         for cell in wrote:
             old = cell.storage
             if id(old) in seen:
@@ -91,7 +99,7 @@ def outputs(
             buf, pinned = old.buf, core.pinned[old.sid]
             core.hand_out(old.sid)
             cell.storage = session.track(
-                buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid
+                buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid, alone
             )
             seen.add(id(cell.storage))  # the cell again (two views of it in a foreach list)
     if rec is not None:
@@ -182,7 +190,7 @@ def seal(session: Session, rec, pargs, pkw) -> None:
     tensor input's place in ``pargs`` / ``pkw`` is cleared), its positional arguments become
     a tuple (NOTE [ Storage lifetime ] rule 6), and the session notes the plain memory it
     reads (NOTE [ Parameter writes ] rule 3 in boundary.py)."""
-    plains = None
+    plains = written = None
     for e in rec.inputs:
         if type(e.key) is int and e.index < 0:  # a positional tensor: the common case
             pargs[e.key] = None
@@ -190,6 +198,10 @@ def seal(session: Session, rec, pargs, pkw) -> None:
             forget(pargs, pkw, e)
         if e.mode == PLAIN:
             plains = [e.source] if plains is None else [*plains, e.source]
+        elif e.mode == WRITE:
+            written = {id(e.source)} if written is None else {*written, id(e.source)}
+    if written is not None:  # NOTE [ In-place versions ] rule 3
+        rec.aliased = any(e.mode == READ and id(e.source) in written for e in rec.inputs)
     rec.args = tuple(pargs)
     if plains is not None:
         session.reads.recipe(rec, plains, session.fsdp.keys)

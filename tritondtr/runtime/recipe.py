@@ -203,7 +203,9 @@ class Recipe:
     (NOTE [ Replay context ]).
     """
 
-    __slots__ = ("__weakref__", "args", "grad", "info", "inputs", "kwargs", "outs", "rng")
+    __slots__ = (
+        "__weakref__", "aliased", "args", "grad", "info", "inputs", "kwargs", "outs", "rng"
+    )  # fmt: skip
 
     def __init__(self, info, args, kwargs, inputs: list[Input], rng) -> None:
         self.info = info
@@ -213,6 +215,7 @@ class Recipe:
         self.rng = rng
         self.grad = torch.is_grad_enabled()
         self.outs: tuple[tuple[int, int], ...] = ()  # tuples: NOTE [ Storage lifetime ] rule 6
+        self.aliased = False  # an input reads a storage another writes (In-place versions 3)
 
 
 def geometry(t: torch.Tensor) -> tuple:
@@ -310,23 +313,22 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
         args = [list(a) if type(a) is list else a for a in rec.args]
         kwargs = {k: (list(v) if type(v) is list else v) for k, v in rec.kwargs.items()}
     copies: dict[int, torch.Tensor] = {}
+    if rec.aliased:  # NOTE [ In-place versions ] rule 3: reads see the buffer written
+        for e in rec.inputs:
+            if e.mode == WRITE:
+                _written(e.source, copies, stand_in, consume)
     for pos, j, src, view, version, mode in rec.inputs:
         if mode == READ:
             buf = src.buf
             if buf is None:  # a version this recipe absorbed (NOTE [ Fused versions ])
                 buf = _absorbed(src, copies, stand_in, consume)
+            elif copies and id(src) in copies:  # a storage this op writes (rule 3 there)
+                buf = copies[id(src)]
             elif version is not None and buf._version != version:
                 raise StaleInputError(info.name, buf.shape, version, buf._version)
             v = buf if view is None else derive(buf, view)
         elif mode == WRITE:
-            c = copies.get(id(src))
-            if c is None:
-                if src.buf is None:
-                    c = _absorbed(src, copies, stand_in, consume)
-                else:
-                    c = copies[id(src)] = (
-                        src.buf if src is consume else clone_buffer(src.buf, src.nbytes)
-                    )
+            c = _written(src, copies, stand_in, consume)
             v = c if view is None else derive(c, view)
         elif mode == BLANK:  # NOTE [ Overwriting ops ]: the op writes every element
             nbytes, device, geom = src
@@ -369,6 +371,19 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
             o = out if len(info.rets) == 1 else out[r]
             res.append(o if j < 0 else o[j])
     return res
+
+
+def _written(src, copies: dict, stand_in, consume) -> torch.Tensor:
+    """The buffer a replay writes for the written input ``src`` (once per run): ``src``'s own
+    buffer if the core lets the replay consume it (NOTE [ Consumed versions ]), ``src``
+    rebuilt if the recipe absorbed it (NOTE [ Fused versions ]), else a copy of it."""
+    c = copies.get(id(src))
+    if c is None:
+        if src.buf is None:
+            c = _absorbed(src, copies, stand_in, consume)
+        else:
+            c = copies[id(src)] = src.buf if src is consume else clone_buffer(src.buf, src.nbytes)
+    return c
 
 
 def _absorbed(src, copies: dict, stand_in, consume) -> torch.Tensor:

@@ -513,14 +513,23 @@ class Session:
 
     # ----------------------------------------------------------------- storages
     def track(
-        self, buf: torch.Tensor, recipe, out: int, parents: tuple, cost: float, pinned, writes=-1
+        self,
+        buf: torch.Tensor,
+        recipe,
+        out: int,
+        parents: tuple,
+        cost: float,
+        pinned,
+        writes=-1,
+        alone=True,
     ):
         """A new tracked storage for ``buf``, computed by ``recipe`` from ``parents`` (sids);
-        ``writes``: the sid it is a new version of (an in-place write), or -1."""
+        ``writes``: the sid it is a new version of (an in-place write), or -1; ``alone``: the
+        op writes no other tracked storage."""
         nbytes = buf.untyped_storage().nbytes()
         core = self.core
         backward = core.pin_backward and _in_backward() >= 0
-        sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward, writes)
+        sid = core.new(nbytes, cost, parents, recipe.info.name, pinned, backward, writes, alone)
         if writes >= 0 and core.state[writes] == FREE:  # NOTE [ Fused versions ] in core
             self.absorbed.append(self.storage(writes))
         s = Storage(buf, nbytes, sid, recipe, out, self.released)

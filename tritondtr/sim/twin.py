@@ -239,10 +239,14 @@ class _Twin:
             if f & _UNTRACKED:
                 continue
             w = writes[t]
-            old = -1
+            old, alone = -1, True
             if w >= 0:
                 old = sid_of[base[inputs[lo + w]]]
                 core.hand_out(old)
+                # NOTE [ Fused versions ] rule 3 in core/core.py: the op's only write?
+                alone = (
+                    sum(writes[u] >= 0 for u in range(self.out_ptr[o], self.out_ptr[o + 1])) == 1
+                )
             if core.device is None:
                 core.start(self.device)
             sid_of[t] = core.new(
@@ -253,6 +257,7 @@ class _Twin:
                 bool(f & _PINNED),
                 bw and bool(f & _BACKWARD),
                 old,
+                alone,
             )
             if old >= 0 and core.state[old] == FREE:  # NOTE [ Fused versions ] rule 5
                 sid_of[base[inputs[lo + w]]] = -1
