@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritondtr
-from tritondtr.bounded import LIST
+from tritondtr.bounded import LIST, BoundedChoice
 from tritondtr.engine import Engine
-from tritondtr.heuristics import unregister_heuristic
-from tritondtr.table import SlotState
+from tritondtr.heuristics import Heuristic, unregister_heuristic
+from tritondtr.table import MetadataTable, SlotState
 
 BUILTINS = [h.value for h in tritondtr.Heuristic]
 
@@ -133,6 +133,35 @@ def test_bounded_choice_equals_full_reselection(heuristic):
         tw = run_twin(heuristic, seed, n_steps=400, spread=True)
         hits, misses = hits + tw.a._bounded.hits, misses + tw.a._bounded.misses
     assert hits > misses > 0, (hits, misses)  # both paths taken
+
+
+@pytest.mark.parametrize("heuristic", ["dtr", "dtr_eq", "dtr_local", "msps"])
+def test_bounded_scores_are_the_torch_twins_bit_for_bit(heuristic):
+    """The numpy scores NOTE [ Bounded choice ] decides with (its pools, and every full
+    scoring of a CPU table) are the torch twin's, bit for bit: every state, free slots,
+    staleness 0 and negative, size 0, costs and clocks over many orders of magnitude."""
+    rng = np.random.default_rng(7)
+    table = MetadataTable(4096, "cpu")
+    n = 3000
+    cost = (rng.random(n) * 10.0 ** rng.integers(-3, 12, n)).astype(np.float32)
+    cost[:20] = 0
+    size = rng.integers(0, 1 << 40, n) >> rng.integers(0, 40, n)
+    size[20:40] = 0
+    last = rng.integers(0, 2**40, n) >> rng.integers(0, 40, n)
+    nbhd = (rng.random(n) * 10.0 ** rng.integers(-3, 12, n)).astype(np.float32)
+    state = rng.choice([1, 1, 1, 2, 3], n).astype(np.int8)
+    slots = table.add_many(cost, size, last, state=state, nbhd_cost=nbhd)
+    for s in rng.choice(slots, 100, replace=False).tolist():
+        table.free(s)
+    choice = BoundedChoice(table, Heuristic(heuristic))
+    top = int(last.max())
+    for now in (top, top + 1, int(np.median(last)), 0, 2**41, 2**62):
+        ref = table.score(heuristic, now, backend="torch").numpy()
+        got = choice.scores(now)
+        assert got.dtype == np.float32 and got.shape == ref.shape
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), now
+        idx = np.sort(rng.choice(table.capacity, 500, replace=False))
+        assert np.array_equal(choice.scores(now, idx).view(np.uint32), ref[idx].view(np.uint32))
 
 
 def test_bounded_choice_sees_a_listed_score_rise():

@@ -4,11 +4,13 @@
 # Most decisions of a DTR run need one victim, a few ops after the last full scoring, with a
 # handful of slots changed since (the op's inputs and outputs). For ``dtr``, ``dtr_eq``,
 # ``dtr_local`` and ``msps`` a scoring can then serve many later decisions exactly:
-# 1. A full scoring at clock t0 (every slot's exact score, ``MetadataTable.score``) keeps the
-#    top ``LIST`` (32) candidates in (score, slot) order (the *list*), and for every other
-#    candidate i its float32 score h_i and its staleness s_i = t0 - last_access_i. Tables on
-#    the CPU only: on a GPU the scores would cross to the host at every full scoring, and the
-#    kernel's batched choice (NOTE [ Exact batched choice ]) stays.
+# 1. A full scoring at clock t0 (every slot's exact score: :meth:`BoundedChoice.scores`, the
+#    torch twin's bit for bit in a few numpy passes, or ``MetadataTable.score`` for a forced
+#    ``triton`` backend) keeps the top ``LIST`` (32) candidates in (score, slot) order (the
+#    *list*), and for every other candidate i its float32 score h_i and its staleness
+#    s_i = t0 - last_access_i. Tables on the CPU only: on a GPU the scores would cross to the
+#    host at every full scoring, and the kernel's batched choice (NOTE [ Exact batched
+#    choice ]) stays.
 # 2. Until the next full scoring the engine records every slot whose score may have dropped
 #    for another reason than the clock: created, accessed, recomputed, cost set, unlocked,
 #    unpinned, or its ``nbhd_cost`` lowered by the neighbourhood (the *changed* slots).
@@ -75,6 +77,28 @@ class BoundedChoice:
     def changed(self, slot: int) -> None:
         self.dirty.add(slot)
 
+    def scores(self, now: int, idx: np.ndarray | None = None) -> np.ndarray:
+        """The float32 scores of NOTE [ Scoring rules ] 2-4 at ``now`` of the slots ``idx``
+        [m] int64 (every slot, [capacity], when None); +inf for non-candidates. The torch
+        twin's scores bit for bit (tests/test_engine.py), for these heuristics only."""
+        t = self.table
+        if idx is None:
+            evs, cost, nbhd = t.host_evictable_size, t.host_cost, t.host_nbhd_cost
+            last = t.host_last_access
+        else:
+            evs, cost = t.host_evictable_size[idx], t.host_cost[idx]
+            nbhd = t.host_nbhd_cost[idx] if not self.local else None
+            last = t.host_last_access[idx] if self.stale else None
+        # evictable_size is NaN for non-candidates (NOTE [ Evictable size ])
+        den = evs * (now - last).astype(np.float32) if self.stale else evs
+        num = cost if self.local else cost + nbhd
+        # divided only where den > 0 (a candidate of >= 1 byte and staleness >= 1, so den >=
+        # 1: no overflow, no NaN; NaN den, a non-candidate, compares False): no warning to
+        # silence, and every other score stays +inf
+        score = np.full(evs.size, _INF, np.float32)
+        np.divide(num, den, out=score, where=den > 0)
+        return score
+
     def start(self, now: int, scores: np.ndarray, k: int = LIST) -> int | None:
         """A full scoring at ``now``: ``scores`` [capacity] float32 of every slot
         (non-candidates +inf). Keeps rule 1's list of ``k`` and returns the victim, the first
@@ -129,7 +153,6 @@ class BoundedChoice:
         d = now - self.t0
         if self.t0 < 0 or d < 0:
             return None
-        t = self.table
         if len(self.dirty) > MAX_POOL:  # scoring the pool would cost a full scoring
             return self._miss()
         pool = self.dirty.union(self.list, self.extra)
@@ -137,19 +160,7 @@ class BoundedChoice:
         idx.sort()
         if not idx.size:
             return self._miss()
-        # NOTE [ Scoring rules ] 2-4 in float32: evictable_size is NaN for non-candidates
-        evs = t.host_evictable_size[idx]
-        if self.stale:
-            s = (now - t.host_last_access[idx]).astype(np.float32)
-            den = evs * s
-        else:
-            den = evs
-        num = t.host_cost[idx] if self.local else t.host_cost[idx] + t.host_nbhd_cost[idx]
-        # divided only where den > 0 (a candidate of >= 1 byte and staleness >= 1, so den >=
-        # 1: no overflow, no NaN; NaN den, a non-candidate, compares False): no warning to
-        # silence, and every other score stays +inf
-        score = np.full(idx.size, _INF, np.float32)
-        np.divide(num, den, out=score, where=den > 0)
+        score = self.scores(now, idx)
         i = int(np.argmin(score))  # the first minimum: the lowest slot among ties
         best = float(score[i])
         if not best < _INF:
