@@ -42,6 +42,8 @@ class Anchors:
         if state != RESIDENT:
             self.materialize(sid)
             self.unlock(sid)
+        elif self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in evict.py
+            self.admit(sid)
         n = self.anchored.get(sid, 0)
         self.anchored[sid] = n + 1
         if n == 0:

@@ -265,6 +265,11 @@ class Core(Evictor, Rematerializer, Anchors):
         self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
         self.anc_border: dict[int, list[int]] = {}  # resident sid -> exact sums it bounds
         self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
+        # NOTE [ Backward storages ] rule 5 in evict.py: pinned backward storages kept out of
+        # the engine (creation order), their locks, and whether they were let in this step
+        self.bw_out: dict[int, None] = {}
+        self.out_locks: dict[int, int] = {}
+        self.bw_admitted = False
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
         # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
@@ -330,6 +335,8 @@ class Core(Evictor, Rematerializer, Anchors):
             nread.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
+        elif backward and not pinned and not self.bw_admitted:
+            self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
         else:
             self._enter(sid, pinned, backward)
         self.grow(size)
@@ -357,15 +364,62 @@ class Core(Evictor, Rematerializer, Anchors):
                 return inputs, counted, cost + self.cost[p], self.writes[p], p, links
         return inputs, inputs, cost, writes, -1, deep + 1 if deep else 0
 
-    def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
+    def _read(self, sid: int) -> None:
+        """NOTE [ Readers before release ] rule 3: ``sid`` reads its inputs."""
         readers = self.readers
-        if readers is not None:  # NOTE [ Readers before release ] rule 3
-            for i in self.inputs[sid]:
-                r = readers.get(i)
-                if r is None:
-                    readers[i] = {sid: None}
-                else:
-                    r[sid] = None
+        for i in self.inputs[sid]:
+            r = readers.get(i)
+            if r is None:
+                readers[i] = {sid: None}
+            else:
+                r[sid] = None
+
+    def _keep_out(self, sid: int) -> None:
+        """NOTE [ Backward storages ] rule 5 in evict.py: ``sid``, a backward storage
+        pinned by rule 1, stays out of the engine."""
+        if self.readers is not None:
+            self._read(sid)
+        self.bw_out[sid] = None
+        if self.state[sid] == RESIDENT:
+            self.bw.append(sid)
+            self.in_bw[sid] = 1
+
+    def admit(self, sid: int) -> None:
+        """NOTE [ Backward storages ] rule 5 in evict.py: ``sid``, kept out of the engine,
+        enters it as :meth:`sync` enters a storage (pinned if resident, evicted if not, its
+        last use, its locks), with the edges from its inputs and to its readers there."""
+        del self.bw_out[sid]
+        eng, eslot = self.engine, self.eslot
+        resident = self.state[sid] == RESIDENT
+        parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
+        slot = eng.new(self.cost[sid], self.size[sid], self.born[sid], parents, evictable=False)
+        eslot[sid] = slot
+        sid_of = self.sid_of
+        if slot >= len(sid_of):
+            sid_of.extend([-1] * (slot + 1 - len(sid_of)))
+        sid_of[slot] = sid
+        if self.seen[sid] != self.born[sid]:
+            eng.access(slot, self.seen[sid])
+        if self.readers is not None:
+            for d in self.readers.get(sid, ()):
+                if eslot[d] >= 0:
+                    eng.add_parents(eslot[d], (slot,))
+        if resident:
+            for _ in range(self.out_locks.pop(sid, 0)):
+                eng.lock(slot)
+        else:
+            eng.evict(slot, unpin=True)
+
+    def admit_backward(self) -> None:
+        """NOTE [ Backward storages ] rule 5 in evict.py: every backward storage kept out of
+        the engine enters it, in creation order; later ones enter as they are made."""
+        self.bw_admitted = True
+        for sid in list(self.bw_out):
+            self.admit(sid)
+
+    def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
+        if self.readers is not None:  # NOTE [ Readers before release ] rule 3
+            self._read(sid)
         eslot = self.eslot
         parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
         slot = self.engine.new(
@@ -404,6 +458,9 @@ class Core(Evictor, Rematerializer, Anchors):
         for sid in live:
             resident = state[sid] == RESIDENT
             pinned = resident and self.pinned[sid]
+            if self.backward[sid] and not self.pinned[sid] and not self.bw_admitted:
+                self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
+                continue
             self._enter(sid, pinned, resident and self.backward[sid] and not pinned)
             if self.seen[sid] != self.born[sid]:
                 eng.access(self.eslot[sid], self.seen[sid])
@@ -432,7 +489,11 @@ class Core(Evictor, Rematerializer, Anchors):
             locked = True
         elif self.evicting:
             self.deferred.append(sid)
-        self.engine.access(self.eslot[sid], self.now)
+        slot = self.eslot[sid]
+        if slot >= 0:
+            self.engine.access(slot, self.now)
+        else:  # NOTE [ Backward storages ] rule 5 in evict.py: its last use, for admit
+            self.seen[sid] = self.now
         return locked
 
     def use_evicted(self, sids: list[int], locked: list[int]) -> None:
@@ -469,7 +530,11 @@ class Core(Evictor, Rematerializer, Anchors):
         something may evict before the op runs."""
         lock, eslot, locked = self.engine.lock, self.eslot, self.input_locks
         for sid in self.deferred:
-            lock(eslot[sid])
+            slot = eslot[sid]
+            if slot >= 0:
+                lock(slot)
+            else:
+                self.lock(sid)
             locked.append(sid)
         self.deferred.clear()
 
@@ -481,7 +546,11 @@ class Core(Evictor, Rematerializer, Anchors):
         if locked:
             unlock, eslot = self.engine.unlock, self.eslot
             for sid in locked:
-                unlock(eslot[sid])
+                slot = eslot[sid]
+                if slot >= 0:
+                    unlock(slot)
+                else:
+                    self.unlock(sid)
             locked.clear()
 
     def begin(self, name: str) -> None:
@@ -508,10 +577,26 @@ class Core(Evictor, Rematerializer, Anchors):
             self.evict_all()
 
     def lock(self, sid: int) -> None:
-        self.engine.lock(self.eslot[sid])
+        slot = self.eslot[sid]
+        if slot >= 0:
+            self.engine.lock(slot)
+        else:  # NOTE [ Backward storages ] rule 5 in evict.py: counted until admitted
+            self.out_locks[sid] = self.out_locks.get(sid, 0) + 1
 
     def unlock(self, sid: int) -> None:
-        self.engine.unlock(self.eslot[sid])
+        slot = self.eslot[sid]
+        if slot >= 0:
+            self.engine.unlock(slot)
+        else:
+            n = self.out_locks[sid] - 1
+            if n:
+                self.out_locks[sid] = n
+            else:
+                del self.out_locks[sid]
+
+    def lock_count(self, sid: int) -> int:
+        slot = self.eslot[sid]
+        return self.engine.lock_count(slot) if slot >= 0 else self.out_locks.get(sid, 0)
 
     # ------------------------------------------------------------ releasing
     def release(self, sid: int) -> None:
@@ -563,12 +648,14 @@ class Core(Evictor, Rematerializer, Anchors):
         """Free the buffer of resident ``sid``; it stays in the graph, evicted. ``free``
         False: the executor keeps the buffer for now (a consumed version, NOTE [ Consumed
         versions ] in remat.py: the recomputation it feeds takes it)."""
-        if not self.lazy:
+        slot = self.eslot[sid]
+        if slot >= 0:
             eng = self.engine
-            slot = self.eslot[sid]
             if eng.lock_count(slot):
                 raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
             eng.evict(slot, unpin=True)
+        elif sid in self.out_locks:
+            raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
         self.pinned[sid] = 0
         self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
@@ -586,12 +673,16 @@ class Core(Evictor, Rematerializer, Anchors):
         self.stats.resident_bytes = self.resident
         if self.lazy:
             self.lazy_live.pop(sid, None)
-        else:
+        elif self.eslot[sid] >= 0:
             slot = self.eslot[sid]
             if self.engine.lock_count(slot):
                 raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
+        else:  # NOTE [ Backward storages ] rule 5 in evict.py
+            if sid in self.out_locks:
+                raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
+            self.bw_out.pop(sid, None)
         if self.readers:
             self._unread(sid)
         nread = self.nread
@@ -629,6 +720,8 @@ class Core(Evictor, Rematerializer, Anchors):
             slot = self.eslot[sid]
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
+        elif self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
+            self.bw_out.pop(sid, None)
         if self.readers:
             self._unread(sid)
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
@@ -647,7 +740,11 @@ class Core(Evictor, Rematerializer, Anchors):
         """The tracked storages a wrapper holds, in creation order while lazy, else in engine
         slot order (the order :meth:`freeze` visits them)."""
         held, state = self.held, self.state
-        order = self.lazy_live if self.lazy else (s for s in self.sid_of if s >= 0)
+        if self.lazy:
+            order = self.lazy_live
+        else:  # then those kept out of the engine (NOTE [ Backward storages ] rule 5)
+            order = [s for s in self.sid_of if s >= 0]
+            order.extend(self.bw_out)
         return [s for s in order if held[s] and state[s] != EXTERNAL]
 
     def freeze(self) -> None:
@@ -659,6 +756,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 self.unlock(sid)
             self.externalize(sid)
         self.bw_forced = False  # NOTE [ Unheld storages ] rule 5: the step ended
+        self.bw_admitted = False  # NOTE [ Backward storages ] rule 5
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers
@@ -675,6 +773,10 @@ class Core(Evictor, Rematerializer, Anchors):
             if self.lazy or st in (FREE, EXTERNAL):
                 continue
             slot = self.eslot[sid]
+            if sid in self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
+                assert slot < 0 and self.backward[sid], f"storage {sid}: kept out, slot {slot}"
+                assert st != RESIDENT or self.in_bw[sid], f"storage {sid}: kept out, unlisted"
+                continue
             assert slot >= 0 and self.sid_of[slot] == sid, f"storage {sid}: engine slot map"
             assert self.engine.is_resident(slot) == (st == RESIDENT), (
                 f"storage {sid}: residency vs engine"

@@ -32,6 +32,24 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    at 10 % of its peak evicted the residual gradient and thrashed (11,000 to 13,000
 #    rematerializations a step on the twin; measured: docs/simulator.md, the policy sweep,
 #    "Session 12").
+# 5. Until then they stay out of the engine: no table row, no neighbourhood node, no access,
+#    lock or release event (the core keeps them in ``bw_out``, their last use in ``seen``,
+#    their locks in ``out_locks``). They were most of the engine's storages in a training
+#    step (LSTM, GRU loop and TreeLSTM of the benchmarks: 356 of 515, 522 of 808, 232 of
+#    375 at 50 %), each a row, an eviction into the evicted classes when released and a
+#    release when forgotten, for storages that are never candidates. They enter it
+#    (:meth:`Core.admit`, as :meth:`Core.sync` enters a storage: pinned if resident,
+#    evicted if not, its last use, its locks, edges from its inputs and to its readers in
+#    the engine) when rule 2 first needs them: all of them, in creation order, and every
+#    later one as it is made until the step ends (the freeze at the optimizer's first
+#    parameter write); one alone when it is recomputed (a released gradient an evicted
+#    storage reads) or anchored. What differs from entering them when made: the evicted
+#    classes never hold released backward storages that were not admitted, so a resident
+#    storage's neighbourhood cost does not count them, and union-find classes are not
+#    merged through them. On the policy sweep's 15 recorded steps every run at 40 to 90 %
+#    of the peak is unchanged; 11 of the 45 at 10 to 30 % change, one worse (+1.7 points of
+#    extra compute), the others better or within 0.3 points (docs/simulator.md, "Session
+#    14").
 
 # NOTE [ One victim first ]
 # 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
@@ -294,7 +312,9 @@ class Evictor:
                 assert len(seen) > _MAX_WALK, f"storage {sid}: capped with {len(seen)} ancestors"
 
     def _unpin_backward(self) -> bool:
-        """NOTE [ Backward storages ] rules 2 to 4; False if nothing was unpinned."""
+        """NOTE [ Backward storages ] rules 2 to 5; False if nothing was unpinned."""
+        if self.bw_out:  # rule 5
+            self.admit_backward()
         state, pinned, in_bw = self.state, self.pinned, self.in_bw
         anchored = self.anchored  # NOTE [ Anchored storages ] rule 4
         live = []
@@ -384,6 +404,14 @@ class Evictor:
             elif not eng.is_candidate(slot):
                 pinned += self.size[sid]
                 np_ += 1
+        for sid in self.bw_out:  # NOTE [ Backward storages ] rule 5
+            if self.state[sid] == RESIDENT:
+                if sid in self.out_locks:
+                    locked += self.size[sid]
+                    nl += 1
+                else:
+                    pinned += self.size[sid]
+                    np_ += 1
         text = (
             f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
             f"{np_} pinned ({pinned} bytes)"

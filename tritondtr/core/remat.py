@@ -192,13 +192,12 @@ class Rematerializer:
                     self.unlock(i)
                 self.evict_all()
         except BaseException:
-            eng = self.engine
             for frame in stack:
                 for i in frame.locks or ():
-                    if state[i] == RESIDENT and eng.lock_count(self.eslot[i]):
+                    if state[i] == RESIDENT and self.lock_count(i):
                         self.unlock(i)
             for i in kept:
-                if state[i] == RESIDENT and eng.lock_count(self.eslot[i]):
+                if state[i] == RESIDENT and self.lock_count(i):
                     self.unlock(i)
             raise
         finally:
@@ -232,7 +231,7 @@ class Rematerializer:
         ):
             return -1
         mine = locks.count(p)
-        if self.engine.lock_count(self.eslot[p]) != mine:
+        if self.lock_count(p) != mine:
             return -1
         for _ in range(mine):
             locks.remove(p)
@@ -244,6 +243,8 @@ class Rematerializer:
         read it (NOTE [ A recomputation is not a use ]). ``consume``: the storage whose
         buffer the replay takes (NOTE [ Consumed versions ]), or -1."""
         self.now += 1
+        if self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in evict.py
+            self.admit(sid)
         if consume >= 0:
             self.drop(consume, free=False)
         try:
