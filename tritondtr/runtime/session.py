@@ -326,15 +326,22 @@ class Session:
                     if i >= n:
                         break
                     v = args[i]
-                    if type(v) is DTRTensor and lazy and i not in written:  # _in's hot case
+                    if type(v) is DTRTensor and i not in written:  # _in's hot case
                         cell = v._cell
                         s = cell.storage
-                        buf = s.buf
-                        if cell.session is self and s.recipe is not None and buf is not None:
-                            seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
+                        if cell.session is self and s.recipe is not None:
+                            if not lazy:
+                                if core.use(s.sid):  # may recompute it: s.buf after
+                                    locked.append(s.sid)
+                            elif s.buf is not None:
+                                seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
+                            else:
+                                pargs[i] = self._in(v, i, -1, False, inputs, locked, parents, wrote)
+                                continue
                             parents.append(s.sid)
                             view = v._view
                             inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
+                            buf = s.buf
                             pargs[i] = buf if view is None else derive(buf, view)
                             continue
                     if v is not None:
