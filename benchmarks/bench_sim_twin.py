@@ -175,11 +175,11 @@ def _timed_core(acc: dict):
         finally:
             acc["choose"] += time.perf_counter() - t
 
-    def timed_materialize(self, target):
+    def timed_materialize(self, target, use=True):
         inside[0] += 1
         t = time.perf_counter()
         try:
-            return materialize(self, target)
+            return materialize(self, target, use)
         finally:
             inside[0] -= 1
             if not inside[0]:
