@@ -122,3 +122,31 @@ def test_a_released_gradient_is_admitted_when_recomputed():
     assert core.eslot[s["g1"]] >= 0 and s["g1"] not in core.bw_out
     assert core.state[s["g1"]] == RESIDENT and core.state[u] == RESIDENT
     core.check_invariants()
+
+
+def _op(core, name: str, inputs=(), backward: bool = False) -> int:
+    """One op as the session runs it: use the inputs (unlocking those recomputed after the
+    op), begin, one new 100-byte output, release the inputs, end."""
+    locked = [i for i in inputs if core.use(i)]
+    core.begin(name)
+    sid = core.new(100, 1.0, tuple(inputs), name, backward=backward)
+    for i in locked:
+        core.unlock(i)
+    core.release_inputs()
+    core.end()
+    return sid
+
+
+def test_stress_keeps_no_storage_out():
+    """Under ``stress`` the core keeps no map of readers, which admission needs for the edges
+    to the storages reading a kept-out one: backward storages enter the engine when made
+    (pinned), and a later storage reading one gets that edge."""
+    core = Core(None, "dtr_eq", Counting(), backend="torch", stress=True)
+    core.start(torch.device("cpu"))
+    a = _op(core, "a")
+    g = _op(core, "g", (a,), backward=True)
+    assert not core.bw_out and core.eslot[g] >= 0
+    assert not core.engine.is_candidate(core.eslot[g])  # pinned (rule 1)
+    u = _op(core, "u", (g,))
+    assert core.eslot[g] in core.engine.nbhd.parents[core.eslot[u]]
+    core.check_invariants()

@@ -88,8 +88,9 @@ def test_the_rule_rests_once_backward_storages_were_forced_out():
     the step's freeze."""
     core, _, s = scene("dtr_eq", 200.0)
     g = core.new(100, 1.0, (s["e"],), "grad", backward=True)  # pinned (Backward storages)
-    assert not core.engine.is_candidate(core.eslot[g])
+    assert g in core.bw_out and core.eslot[g] < 0  # ibid. rule 5: out of the engine
     assert core._unpin_backward() and core.bw_forced  # what make_room does when nothing is left
+    assert core.engine.is_candidate(core.eslot[g])  # admitted, then unpinned
     victim = core.engine.choose(core.now)
     assert victim == core.eslot[s["x"]]  # the engine alone (see the first test)
     assert core.evict_one()

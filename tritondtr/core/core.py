@@ -335,7 +335,7 @@ class Core(Evictor, Rematerializer, Anchors):
             nread.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
-        elif backward and not pinned and not self.bw_admitted:
+        elif backward and not pinned and self.keeps_out():
             self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
         else:
             self._enter(sid, pinned, backward)
@@ -373,6 +373,12 @@ class Core(Evictor, Rematerializer, Anchors):
                 readers[i] = {sid: None}
             else:
                 r[sid] = None
+
+    def keeps_out(self) -> bool:
+        """NOTE [ Backward storages ] rule 5 in evict.py: are new backward storages kept out
+        of the engine? Not once admitted this step, and not without the readers' map (under
+        ``stress``), which :meth:`admit` needs for the edges to the storages reading them."""
+        return not self.bw_admitted and self.readers is not None
 
     def _keep_out(self, sid: int) -> None:
         """NOTE [ Backward storages ] rule 5 in evict.py: ``sid``, a backward storage
@@ -458,7 +464,7 @@ class Core(Evictor, Rematerializer, Anchors):
         for sid in live:
             resident = state[sid] == RESIDENT
             pinned = resident and self.pinned[sid]
-            if self.backward[sid] and not self.pinned[sid] and not self.bw_admitted:
+            if self.backward[sid] and not self.pinned[sid] and self.keeps_out():
                 self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
                 continue
             self._enter(sid, pinned, resident and self.backward[sid] and not pinned)
@@ -581,6 +587,8 @@ class Core(Evictor, Rematerializer, Anchors):
         if slot >= 0:
             self.engine.lock(slot)
         else:  # NOTE [ Backward storages ] rule 5 in evict.py: counted until admitted
+            if sid not in self.bw_out:
+                raise AssertionError(f"bug of tritondtr: locking storage {sid}, not in the engine")
             self.out_locks[sid] = self.out_locks.get(sid, 0) + 1
 
     def unlock(self, sid: int) -> None:
@@ -588,7 +596,9 @@ class Core(Evictor, Rematerializer, Anchors):
         if slot >= 0:
             self.engine.unlock(slot)
         else:
-            n = self.out_locks[sid] - 1
+            n = self.out_locks.get(sid, 0) - 1
+            if n < 0:
+                raise ValueError(f"unlock: storage {sid} is not locked (unbalanced lock/unlock)")
             if n:
                 self.out_locks[sid] = n
             else:
@@ -722,6 +732,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self.sid_of[slot] = self.eslot[sid] = -1
         elif self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
             self.bw_out.pop(sid, None)
+            self.out_locks.pop(sid, None)  # as the engine's release drops a slot's locks
         if self.readers:
             self._unread(sid)
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
@@ -774,6 +785,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 continue
             slot = self.eslot[sid]
             if sid in self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
+                assert ops_in_flight or sid not in self.out_locks, f"{sid} locked between ops"
                 assert slot < 0 and self.backward[sid], f"storage {sid}: kept out, slot {slot}"
                 assert st != RESIDENT or self.in_bw[sid], f"storage {sid}: kept out, unlisted"
                 continue
@@ -789,6 +801,7 @@ class Core(Evictor, Rematerializer, Anchors):
         assert total + self.outside == self.resident, (
             f"resident bytes {self.resident} != storages {total} + outside {self.outside}"
         )
+        assert set(self.out_locks) <= set(self.bw_out), "locks of storages not kept out"
         for sid in self.anchored:
             assert self.state[sid] == RESIDENT, f"storage {sid}: anchored, not resident"
         nread = [0] * len(self.nread)  # NOTE [ Fused versions ]

@@ -43,7 +43,8 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    the engine) when rule 2 first needs them: all of them, in creation order, and every
 #    later one as it is made until the step ends (the freeze at the optimizer's first
 #    parameter write); one alone when it is recomputed (a released gradient an evicted
-#    storage reads) or anchored. What differs from entering them when made: the evicted
+#    storage reads) or anchored. Not under ``stress``, which keeps no map of readers (the
+#    edges to them). What differs from entering them when made: the evicted
 #    classes never hold released backward storages that were not admitted, so a resident
 #    storage's neighbourhood cost does not count them, and union-find classes are not
 #    merged through them. On the policy sweep's 15 recorded steps every run at 40 to 90 %
