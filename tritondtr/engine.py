@@ -300,6 +300,8 @@ class Engine:
         )
 
     def lock_count(self, slot: int) -> int:
+        if not 0 <= slot < len(self._locks):  # -1 would read the last slot's count
+            raise ValueError(f"lock_count: slot {slot!r} is not a slot of this engine")
         return self._locks[slot]
 
     def flush(self) -> None:
