@@ -399,11 +399,7 @@ class Core(Evictor, Rematerializer, Anchors):
         resident = self.state[sid] == RESIDENT
         parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
         slot = eng.new(self.cost[sid], self.size[sid], self.born[sid], parents, evictable=False)
-        eslot[sid] = slot
-        sid_of = self.sid_of
-        if slot >= len(sid_of):
-            sid_of.extend([-1] * (slot + 1 - len(sid_of)))
-        sid_of[slot] = sid
+        self._bind(sid, slot)
         if self.seen[sid] != self.born[sid]:
             eng.access(slot, self.seen[sid])
         if self.readers is not None:
@@ -432,14 +428,18 @@ class Core(Evictor, Rematerializer, Anchors):
             self.cost[sid], self.size[sid], self.born[sid], parents,
             evictable=not (pinned or backward),
         )  # fmt: skip
-        eslot[sid] = slot
+        self._bind(sid, slot)
+        if backward and not pinned:
+            self.bw.append(sid)
+            self.in_bw[sid] = 1
+
+    def _bind(self, sid: int, slot: int) -> None:
+        """``sid`` is engine slot ``slot``."""
+        self.eslot[sid] = slot
         sid_of = self.sid_of
         if slot >= len(sid_of):
             sid_of.extend([-1] * (slot + 1 - len(sid_of)))
         sid_of[slot] = sid
-        if backward and not pinned:
-            self.bw.append(sid)
-            self.in_bw[sid] = 1
 
     def grow(self, nbytes: int) -> None:
         """Count ``nbytes`` more resident (a new or recomputed buffer); peaks follow."""
