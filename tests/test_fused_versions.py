@@ -8,13 +8,13 @@ import random
 import pytest
 import torch
 from core_executor import Counting
+from twin_check import assert_twin_replays
 
 import tritondtr
 import tritondtr.runtime as rt
 from tritondtr.core import Core
 from tritondtr.core.core import _MAX_LINKS
 from tritondtr.residency import EVICTED, FREE, RESIDENT
-from tritondtr.sim import simulate
 
 
 def _core(budget: int | None = 10**6, lazy: bool = False) -> tuple[Core, Counting]:
@@ -159,12 +159,7 @@ def test_the_runtime_rebuilds_a_fused_chain_exactly_once():
     assert torch.equal(rt.unwrap(got), ref)
     st = rec.stats
     assert st.rematerializations == 1
-    twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
-    assert (twin.evictions, twin.remats, twin.peak_bytes) == (
-        st.evictions,
-        st.rematerializations,
-        st.peak_bytes,
-    )
+    assert_twin_replays(rec.trace, 1 << 20)
 
 
 def test_an_op_writing_two_tensors_absorbs_neither():
@@ -194,13 +189,7 @@ def test_an_op_writing_two_tensors_absorbs_neither():
     with tritondtr.trace(None, budget=1 << 20, cost="analytic") as rec:
         got = prog(rec.session)
     assert all(torch.equal(rt.unwrap(g), r) for g, r in zip(got, ref))
-    st = rec.stats
-    twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
-    assert (twin.evictions, twin.remats, twin.peak_bytes) == (
-        st.evictions,
-        st.rematerializations,
-        st.peak_bytes,
-    )
+    assert_twin_replays(rec.trace, 1 << 20)
 
 
 def test_versions_reading_an_absorbed_one_nest_at_most_max_links_recipes():
@@ -288,13 +277,7 @@ def test_gru_cell_gradients_and_twin_under_a_budget():
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
     st = rec.stats
     assert st.evictions > 0 and st.rematerializations > 0
-    twin = simulate(rec.trace, "dtr_eq", budget=budget, semantics="runtime")
-    assert (twin.status, twin.evictions, twin.remats, twin.peak_bytes) == (
-        "ok",
-        st.evictions,
-        st.rematerializations,
-        st.peak_bytes,
-    )
+    assert_twin_replays(rec.trace, budget)
 
 
 def test_an_absorbed_version_is_not_reported_dead_twice():

@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 from core_executor import Counting
+from twin_check import assert_twin_replays
 
 import tritondtr
 import tritondtr.runtime as rt
@@ -92,13 +93,7 @@ def test_an_evicted_input_is_recomputed_before_the_resident_ones_are_locked():
     assert torch.equal(rt.unwrap(got), ref)
     st = rec.stats
     assert (st.rematerializations, st.budget_errors) == (4, 0)  # p1, p2, y, then big
-    twin = simulate(rec.trace, "dtr_eq", budget=20 * 1024, semantics="runtime")
-    assert (twin.status, twin.evictions, twin.remats, twin.peak_bytes) == (
-        "ok",
-        st.evictions,
-        st.rematerializations,
-        st.peak_bytes,
-    )
+    assert_twin_replays(rec.trace, 20 * 1024)
 
 
 def _reader_scene(budget: int, ex: Counting | None = None):
@@ -195,12 +190,7 @@ def test_readers_before_release_in_the_runtime_and_its_twin():
     assert all(torch.equal(rt.unwrap(a), b) for a, b in zip(got, ref))
     st = rec.stats
     assert st.rematerializations == 2
-    twin = simulate(rec.trace, "dtr_eq", budget=1 << 20, semantics="runtime")
-    assert (twin.evictions, twin.remats, twin.peak_bytes) == (
-        st.evictions,
-        st.rematerializations,
-        st.peak_bytes,
-    )
+    assert_twin_replays(rec.trace, 1 << 20)
 
 
 def test_inputs_made_resident_give_way_to_one_that_does_not_fit_beside_them():
@@ -322,13 +312,7 @@ def test_runtime_and_twin_list_the_same_evicted_inputs_on_every_argument_shape(s
     assert len(got) == len(ref) and all(torch.equal(a, b) for a, b in zip(got, ref))
     m = rec.trace.meta["runtime"]
     assert m["rematerializations"] > 100 and m["budget_errors"] == 0
-    twin = simulate(rec.trace, "dtr_eq", budget=budget, semantics="runtime")
-    assert (twin.status, twin.evictions, twin.remats, twin.peak_bytes) == (
-        "ok",
-        m["evictions"],
-        m["rematerializations"],
-        m["peak_bytes"],
-    )
+    assert_twin_replays(rec.trace, budget)
 
 
 def test_the_demo_model_trains_at_eight_percent_of_its_peak_on_the_twin():
