@@ -534,13 +534,9 @@ class Core(Evictor, Rematerializer, Anchors):
     def lock_inputs(self) -> None:
         """NOTE [ Deferred locks ] rule 2: lock the inputs :meth:`use` deferred, now that
         something may evict before the op runs."""
-        lock, eslot, locked = self.engine.lock, self.eslot, self.input_locks
+        lock, locked = self.lock, self.input_locks
         for sid in self.deferred:
-            slot = eslot[sid]
-            if slot >= 0:
-                lock(slot)
-            else:
-                self.lock(sid)
+            lock(sid)
             locked.append(sid)
         self.deferred.clear()
 
@@ -550,13 +546,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.deferred.clear()
         locked = self.input_locks
         if locked:
-            unlock, eslot = self.engine.unlock, self.eslot
+            unlock = self.unlock
             for sid in locked:
-                slot = eslot[sid]
-                if slot >= 0:
-                    unlock(slot)
-                else:
-                    self.unlock(sid)
+                unlock(sid)
             locked.clear()
 
     def begin(self, name: str) -> None:
