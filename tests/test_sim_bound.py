@@ -1,5 +1,6 @@
-"""The cut bound (NOTE [ Cut bound ], tritondtr/sim/bound.py) against independent optima:
-revolve on chains, a brute-force search of every schedule on tiny graphs, and every
+"""The cut and support bounds (NOTE [ Cut bound ], NOTE [ Support bound ],
+tritondtr/sim/bound.py) against independent optima: revolve on chains, a brute-force search
+of every schedule on tiny graphs, hand-made traces whose optimum is plain, and every
 heuristic's replay on recorded zoo steps. A lower bound must never exceed any of them."""
 
 import math
@@ -10,8 +11,8 @@ import zoo
 from test_sim_optimum import brute_force, tiny_graphs
 
 import tritondtr
-from tritondtr.sim import baseline, generators, runtime_peak, simulate
-from tritondtr.sim.bound import cut_bound
+from tritondtr.sim import TraceBuilder, baseline, generators, runtime_peak, simulate
+from tritondtr.sim.bound import cut_bound, support_bound
 from tritondtr.sim.checkmate import OpGraph
 from tritondtr.sim.revolve import chain_optimum_extra
 
@@ -76,3 +77,82 @@ def test_bound_is_below_every_heuristic_on_a_recorded_step():
 def test_bound_rejects_unknown_semantics():
     with pytest.raises(ValueError, match="semantics must be 'paper' or 'runtime'"):
         cut_bound(generators.chain(3), [4], "twin")
+
+
+def _released_parent(parent_size: int = 8, release: bool = True):
+    """``v = g(f(x))`` is read at the end; ``f``'s output (cost 10) is released at once when
+    ``release``; in between, ``h2`` reads ``y`` while ``v`` is live."""
+    b = TraceBuilder()
+    x = b.constant(8, name="x")
+    (a,) = b.call("f", [x], sizes=[parent_size], cost=10.0)
+    (v,) = b.call("g", [a], sizes=[8], cost=1.0)
+    if release:
+        b.release(a)
+    (y,) = b.call("h", [x], sizes=[8], cost=1.0)
+    (w,) = b.call("h2", [y], sizes=[8], cost=1.0)
+    b.release(y)
+    b.release(w)
+    b.call("k", [v], sizes=[8], cost=1.0)
+    return b.build()
+
+
+def test_support_bound_prices_the_released_parent():
+    # At h2's cut only y fits (8 bytes): v is brought back later, and its parent, released
+    # before the cut, with it: 1 + 10. The cut bound sees g's cost alone; the twin pays both.
+    trace = _released_parent()
+    (cut,) = cut_bound(trace, [8], "runtime")
+    (sup,) = support_bound(trace, [8])
+    res = simulate(trace, "dtr_eq", budget=8, semantics="runtime")
+    assert (cut.extra_cost, sup.extra_cost, res.remat_compute) == (1.0, 11.0, 11.0)
+    assert sup.status == "ok" and sup.op == "h2"
+    (free,) = support_bound(trace, [16])  # room for v beside y: nothing to recompute
+    assert free.extra_cost == 0.0
+
+
+def test_support_bound_keeps_a_held_parent_when_it_fits():
+    # f's output is never released: a 4-byte buffer still held is kept beside y (8 + 4 <=
+    # 12) and only g runs again; with no room beside y (budget 8), f runs again too.
+    for size, budget, want in ((4, 12, 1.0), (8, 8, 11.0)):
+        trace = _released_parent(size, release=False)
+        (sup,) = support_bound(trace, [budget])
+        res = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
+        assert sup.extra_cost == want and res.ok and res.remat_compute >= want, size
+    # A linear program, not the integer optimum: with room for half of v (budget 12, an
+    # 8-byte f output), half of v is kept and half of f and g run again: 5.5, below 11.
+    (half,) = support_bound(_released_parent(8, release=False), [12])
+    assert half.extra_cost == 5.5
+
+
+@pytest.mark.parametrize("n", [12, 127])
+def test_chain_support_bound_is_below_revolve(n):
+    trace = generators.chain(n)
+    budgets = list(range(1, n + 4))
+    for b, cut, sup in zip(
+        budgets, cut_bound(trace, budgets, "runtime"), support_bound(trace, budgets)
+    ):
+        assert sup.status == cut.status
+        opt = chain_optimum_extra(n, b + 2)  # runtime B = paper B + 2 units
+        if opt is None:
+            continue
+        assert cut.extra_cost <= sup.extra_cost <= opt + 1e-9, b
+
+
+@pytest.mark.parametrize("name", ["lstm", "gpt", "treelstm"])
+def test_support_bound_is_below_every_heuristic_on_a_recorded_step(name):
+    torch.manual_seed(0)
+    case = zoo.make(name, seed=0, scale=1)
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-3)
+    with tritondtr.trace() as rec:
+        zoo.train_step(case, opt)
+    trace = rec.trace
+    peak = runtime_peak(trace)
+    budgets = [int(r * peak) for r in (0.8, 0.5, 0.3)]
+    cut = cut_bound(trace, budgets, "runtime")
+    sup = support_bound(trace, budgets, cuts=64)
+    assert any(s.extra_cost > c.extra_cost for s, c in zip(sup, cut))  # not the cut bound
+    for b, c, s in zip(budgets, cut, sup):
+        assert s.status == c.status and s.extra_cost >= c.extra_cost and s.remats == c.remats
+        for h in ("dtr_eq", "dtr", "msps", "lru"):
+            res = simulate(trace, h, budget=b, semantics="runtime")
+            if res.ok:
+                assert s.extra_cost <= res.remat_compute * (1 + 1e-9), (h, b)

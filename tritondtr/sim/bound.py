@@ -29,6 +29,37 @@ no eviction policy, however clever, can beat.
 # 5. Units: the trace's (ns of compute, bytes). It is a lower bound of the optimum, not a
 #    schedule; tests/test_sim_bound.py checks it against revolve's optimum on chains and
 #    against every heuristic's replay on the zoo.
+
+# NOTE [ Support bound ]
+# 1. The cut bound prices a live storage absent at a cut at its own op's cost. In the
+#    runtime's semantics that is often far too cheap: the storages its op read may be gone
+#    (released, handed out to an in-place write, forgotten), and then they are recomputed
+#    first, and theirs before them. An RNN cell's gate, written in place five times from a
+#    released matrix product, costs the whole chain, not its last ``mul_``.
+# 2. So at a cut (rule 1 of NOTE [ Cut bound ], runtime semantics only) a linear program
+#    decides, per storage s met, ``m_s`` (resident at the cut) and per op o, ``r_o`` (run
+#    again after the cut) and ``q_o`` (run again before it), all in [0, 1]:
+#    * a live storage is resident or brought back: ``m_s + r_op(s) >= 1``;
+#    * an op run again needs each input storage p resident when it runs: either resident at
+#      the cut, or brought back after it: ``r_o <= m_p + r_op(p)``;
+#    * a storage whose buffer was gone before the cut (released, handed out, forgotten) is
+#      resident at the cut only if its op ran again before it: ``m_p <= q_op(p)``; one still
+#      held costs nothing to keep but its bytes;
+#    * the resident bytes fit: ``sum size_s m_s <= budget - required`` (the op's inputs);
+#    minimising ``sum cost_o (r_o + q_o)``. Every schedule the twin can run gives a feasible
+#    point (its resident set at the cut, the ops it ran again after it, and before it for
+#    what it kept), with a cost at most its recomputation (one run of an op may serve
+#    several storages here; the runtime pays per storage, which only costs more), so the
+#    optimum is a lower bound of the recomputation of every schedule. It is a linear
+#    program, not an integer one: fractions (half a storage kept, half an op run again) can
+#    put it below the best schedule, never above.
+# 3. Constants, frozen storages and the op's inputs are always there (no constraint). The
+#    closure of ops a cut considers stops after ``max_ops``; an op beyond it gets no
+#    constraint (a weaker, still valid bound).
+# 4. The bound is the largest over the cuts solved: the ``cuts`` cuts whose live bytes
+#    exceed the budget the most (any subset of cuts gives a valid bound), and never below
+#    the cut bound. Solved with :func:`scipy.optimize.linprog` (HiGHS), ``pip install
+#    tritondtr[milp]``.
 """
 
 from __future__ import annotations
@@ -38,14 +69,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traceformat.trace import EventKind, TensorFlag, Trace
+from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .program import compile_trace
 
-__all__ = ["CutBound", "cut_bound"]
+__all__ = ["CutBound", "cut_bound", "support_bound"]
 
 _CALL, _OUTPUT, _FORGET = int(EventKind.CALL), int(EventKind.OUTPUT), int(EventKind.FORGET)
 _MATERIALIZE, _FREEZE = int(EventKind.MATERIALIZE), int(EventKind.FREEZE)
-_UNTRACKED = int(TensorFlag.UNTRACKED)
+_RETAIN, _RELEASE = int(EventKind.RETAIN), int(EventKind.RELEASE)
+_UNTRACKED, _FAILED = int(TensorFlag.UNTRACKED), int(TensorFlag.FAILED)
+_BLANK = int(InputFlag.BLANK)
 
 
 @dataclass(frozen=True)
@@ -216,3 +249,212 @@ def _paper_storages(trace: Trace) -> _Storages:
         elif k == _OUTPUT:
             last[p.sid[a]] = end
     return _Storages(born, last, np.asarray(p.st_size, dtype=np.float64), sop, droppable, cuts)
+
+
+def support_bound(
+    trace: Trace, budgets: Sequence[int], *, cuts: int = 16, max_ops: int = 4000
+) -> list[CutBound]:
+    """NOTE [ Support bound ] of ``trace`` at each of ``budgets`` (bytes of tracked storages,
+    the runtime's semantics, as ``simulate(..., semantics="runtime")`` takes them): at least
+    the cut bound, and at least the optimum of rule 2's linear program at each of the
+    ``cuts`` cuts most over the budget. ``remats`` is the cut bound's. Needs scipy."""
+    try:
+        from scipy import optimize, sparse
+    except ImportError as e:  # pragma: no cover - scipy is in the dev extra
+        raise ImportError("support_bound needs scipy: pip install 'tritondtr[milp]'") from e
+    base = cut_bound(trace, budgets, "runtime")
+    g = _runtime_graph(trace)
+    cost = trace.op_cost.astype(np.float64)
+    out = []
+    for b, cb in zip(budgets, base):
+        best = cb.extra_cost
+        where = cb.op
+        if cb.status == "ok":
+            names = trace.names
+            for o, lb in _support_cuts(g, int(b), cuts, max_ops, cost, optimize, sparse):
+                if lb > best:
+                    best = lb
+                    where = names[trace.op_name[o]] if names else f"op {o}"
+        out.append(CutBound(int(b), cb.status, float(best), cb.remats, where))
+    return out
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """The twin's storages with what rule 2 of NOTE [ Support bound ] needs: per storage its
+    ``born`` and last-read events, the event its buffer was ``gone`` (len(events): never),
+    ``size``, ``op``, and the number of storages ``frozen`` before it; per op the storages it
+    read as parents (``op_in``) and its outputs' storages; the cuts (event, op, inputs)."""
+
+    born: list
+    last: list
+    gone: list
+    size: list
+    op: list
+    frozen_at: list  # per cut: storages with a smaller id are frozen there
+    op_in: list
+    cuts: list
+
+
+def _runtime_graph(trace: Trace) -> _Graph:
+    """Walk the events as the twin does (NOTE [ The twin ] rules 2-3)."""
+    in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
+    in_flags = trace.in_flags.tolist()
+    out_ptr, alias = trace.out_ptr.tolist(), trace.alias.tolist()
+    flags, writes, size = trace.flags.tolist(), trace.writes.tolist(), trace.size.tolist()
+    kinds, args = trace.kind.tolist(), trace.arg.tolist()
+    never = len(kinds)
+    base = [-1] * trace.num_tensors
+    sid = [-1] * trace.num_tensors  # per base tensor; -1 once no longer read
+    refs = [0] * trace.num_tensors
+    born, last, gone, ssize, sop = [], [], [], [], []
+    op_in: list = [()] * trace.num_ops
+    cuts, frozen_at = [], []
+    frozen = 0
+    for e, (k, a) in enumerate(zip(kinds, args)):
+        if k == _CALL:
+            lo, hi = in_ptr[a], in_ptr[a + 1]
+            ins, parents = [], []
+            for p in range(lo, hi):
+                b = base[inputs[p]]
+                s = sid[b] if b >= 0 else -1
+                if s >= 0:
+                    if s >= frozen:
+                        last[s] = e
+                    ins.append(s)
+                    if not in_flags[p] & _BLANK:
+                        parents.append(s)
+            if out_ptr[a] < out_ptr[a + 1] and flags[out_ptr[a]] & _FAILED:
+                continue  # NOTE [ The twin ] rule 7: it never ran
+            op_in[a] = tuple(dict.fromkeys(parents))
+            cuts.append((e, a, tuple(dict.fromkeys(ins))))
+            frozen_at.append(frozen)
+            for t in range(out_ptr[a], out_ptr[a + 1]):
+                if alias[t] >= 0:
+                    b = base[t] = base[inputs[lo + alias[t]]]
+                    if b >= 0:
+                        refs[b] += 1
+                    continue
+                if flags[t] & _UNTRACKED:
+                    continue
+                if writes[t] >= 0:
+                    old = base[inputs[lo + writes[t]]]
+                    if old >= 0 and sid[old] >= 0:
+                        gone[sid[old]] = min(gone[sid[old]], e)  # handed out
+                        sid[old] = -1
+                base[t], sid[t], refs[t] = t, len(born), 1
+                born.append(e)
+                last.append(-1)
+                gone.append(never)
+                ssize.append(size[t])
+                sop.append(a)
+        elif k in (_RELEASE, _RETAIN):
+            b = base[a]
+            if b >= 0:
+                r = refs[b] = refs[b] + (1 if k == _RETAIN else -1)
+                if r == 0 and sid[b] >= 0:
+                    gone[sid[b]] = min(gone[sid[b]], e)  # freed (Core.release)
+        elif k in (_FORGET, _MATERIALIZE):
+            b = base[a]
+            s = sid[b] if b >= 0 else -1
+            if s >= 0:
+                if k == _FORGET:
+                    gone[s] = min(gone[s], e)
+                    sid[b] = -1
+                elif s >= frozen:
+                    last[s] = e
+        elif k == _FREEZE:
+            frozen = len(born)
+    return _Graph(born, last, gone, ssize, sop, frozen_at, op_in, cuts)
+
+
+def _support_cuts(g: _Graph, budget: int, k: int, max_ops: int, cost, optimize, sparse):
+    """Rule 2's optimum at the ``k`` cuts whose live bytes exceed ``budget`` the most:
+    yields (op, bound)."""
+    born = np.asarray(g.born, dtype=np.int64)
+    last = np.asarray(g.last, dtype=np.int64)
+    size = np.asarray(g.size, dtype=np.float64)
+    over = []
+    for i, (e, _, _) in enumerate(g.cuts):
+        live = (born < e) & (last >= e)
+        live[: g.frozen_at[i]] = False
+        total = float(size[live].sum())
+        if total > budget:
+            over.append((total - budget, i))
+    over.sort(reverse=True)
+    for _, i in over[:k]:
+        lb = _solve_cut(g, i, budget, max_ops, cost, born, last, optimize, sparse)
+        if lb is not None:
+            yield g.cuts[i][1], lb
+
+
+def _solve_cut(g, i, budget, max_ops, cost, born, last, optimize, sparse):
+    """The linear program of NOTE [ Support bound ] rule 2 at cut ``i``; None if it has no
+    solution (the cut bound then already says infeasible or the solver failed)."""
+    e, _, ins = g.cuts[i]
+    frozen = g.frozen_at[i]
+    required = set(ins)
+    room = budget - sum(g.size[s] for s in required)
+    if room < 0:
+        return None
+    live = [
+        int(s)
+        for s in np.flatnonzero((born < e) & (last >= e))
+        if s >= frozen and s not in required
+    ]
+    mvar: dict[int, int] = {}  # storage -> column of m_s
+    rvar: dict[int, int] = {}  # op -> column of r_o
+    qvar: dict[int, int] = {}  # op -> column of q_o
+    obj: list[float] = []
+
+    def col(d, key, c):
+        j = d.get(key)
+        if j is None:
+            j = d[key] = len(obj)
+            obj.append(c)
+        return j
+
+    rows, cols, vals, rhs = [], [], [], []
+
+    def le(terms, b):  # sum coef * x <= b
+        r = len(rhs)
+        for j, v in terms:
+            rows.append(r)
+            cols.append(j)
+            vals.append(v)
+        rhs.append(b)
+
+    todo = []
+    for s in live:  # a live storage is resident or brought back
+        o = g.op[s]
+        new = o not in rvar
+        le([(col(mvar, s, 0.0), -1.0), (col(rvar, o, cost[o]), -1.0)], -1.0)
+        if new:
+            todo.append(o)
+    expanded = set()
+    while todo:
+        o = todo.pop()
+        if o in expanded or len(expanded) >= max_ops:
+            continue
+        expanded.add(o)
+        r_o = rvar[o]
+        for p in g.op_in[o]:
+            if p < frozen or p in required:
+                continue  # always there (rule 3)
+            po = g.op[p]
+            new = po not in rvar
+            m_p = col(mvar, p, 0.0)
+            le([(r_o, 1.0), (m_p, -1.0), (col(rvar, po, cost[po]), -1.0)], 0.0)
+            if new:
+                todo.append(po)
+    for p, m_p in mvar.items():
+        if g.gone[p] <= e:  # its buffer was gone: resident only if run again before
+            le([(m_p, 1.0), (col(qvar, g.op[p], cost[g.op[p]]), -1.0)], 0.0)
+    le([(m, float(g.size[s])) for s, m in mvar.items()], float(room))
+    a = sparse.csr_matrix((vals, (rows, cols)), shape=(len(rhs), len(obj)))
+    res = optimize.linprog(
+        np.asarray(obj), A_ub=a, b_ub=np.asarray(rhs), bounds=(0.0, 1.0), method="highs"
+    )
+    if res.status != 0:
+        return None
+    return float(res.fun)
