@@ -31,6 +31,15 @@ compared (checkpoint runs in plain eager mode, as users run it).
 #    not apply to it.
 # 5. The LSTM and the TreeLSTM of the zoo have no segmentation checkpoint can use (one fused
 #    op; a data-dependent tree) and are not in this comparison.
+# 6. Where the time goes, from the same rounds: ``step_time`` of ``not-binding`` (the plain
+#    step under a budget of twice eager's peak: tracked, nothing evicted); for the budgeted
+#    run, ``recompute`` and ``select`` (ms per step, medians of the session's
+#    ``recompute_s`` and ``select_s``), ``evictions`` and ``remats``; and ``bound`` =
+#    ``wrapper-floor`` + ``recompute``: the step of a runtime that cost only what any
+#    wrapper subclass costs and recomputed what tritondtr recomputed, with no work of its own
+#    (no tracking, no choice). ``bound_vs_checkpoint`` above 1: no change to the eviction
+#    path or to the per-op bookkeeping can meet the target on that model; less recomputation
+#    or a dispatch path without Python wrappers would have to.
 
 examples:
   python benchmarks/bench_runtime_checkpoint.py               # ~2 min on 2 CPU cores
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -167,6 +177,7 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             "checkpoint": ckpt,
             "tritondtr": dtr_run,
             "wrapper-floor": inside(WrapperFloor, plain),
+            "not-binding": under(plain, budget=2 * eager_peak)[0],  # rule 6
         },
         args.device,
         args.repeats,
@@ -177,6 +188,7 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
         "checkpoint": ckpt_peak,
         "tritondtr": max(s.peak_bytes for s in dtr_stats),
         "wrapper-floor": eager_peak,
+        "not-binding": eager_peak,
     }
     params = f"model={name};scale={args.scale};budget={budget}"
     note = "budget search (budget, peak): " + ", ".join(f"({b}, {p})" for b, p in tries)
@@ -221,13 +233,41 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             params=params,
         )
     )
+    # rule 6: where the budgeted step's time goes, and the bound
+    recompute = statistics.median(s.recompute_s for s in dtr_stats) * 1e3
+    select = statistics.median(s.select_s for s in dtr_stats) * 1e3
+    bound = timings["wrapper-floor"].stats(1e3).median + recompute
+    ckpt_ms = timings["checkpoint"].stats(1e3).median
     st = dtr_stats[-1]
+    for what, value, unit in (
+        ("recompute", recompute, "ms"),
+        ("select", select, "ms"),
+        ("evictions", st.evictions, "count"),
+        ("remats", st.rematerializations, "count"),
+        ("bound", bound, "ms"),
+        ("bound_vs_checkpoint", bound / ckpt_ms, "x"),
+    ):
+        rows.append(
+            Row.of(
+                what,
+                "tritondtr",
+                eager_peak,
+                Stats.of([value]),
+                unit,
+                device=dev,
+                env=env,
+                params=params,
+            )
+        )
     print(
         f"  {name:7s} eager {timings['eager'].stats(1e3).median:8.2f} ms peak {eager_peak:>11,d}"
         f" | checkpoint {timings['checkpoint'].stats(1e3).median:8.2f} ms peak "
         f"{ckpt_peak:>11,d} | tritondtr {timings['tritondtr'].stats(1e3).median:8.2f} ms "
         f"peak {peaks['tritondtr']:>11,d} (budget {budget:,d}, {st.rematerializations} "
-        f"remats) | tritondtr/checkpoint {ratio:.2f}x",
+        f"remats) | tritondtr/checkpoint {ratio:.2f}x\n"
+        f"          not-binding {timings['not-binding'].stats(1e3).median:8.2f} ms, recompute "
+        f"{recompute:.2f} ms, select {select:.2f} ms | wrapper-floor + recompute "
+        f"{bound:.2f} ms: {bound / ckpt_ms:.2f}x checkpoint",
         flush=True,
     )
     return rows
@@ -274,23 +314,26 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"Hardware: {describe_device(args.device)}",
         "",
-        "| model | eager ms | checkpoint ms | tritondtr ms | wrapper-floor ms | eager peak "
-        "| checkpoint peak | tritondtr peak | tritondtr / checkpoint (target <= 1) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | eager ms | checkpoint ms | tritondtr ms | wrapper-floor ms | not-binding ms "
+        "| recompute ms | eager peak | checkpoint peak | tritondtr peak "
+        "| tritondtr / checkpoint (target <= 1) | (wrapper-floor + recompute) / checkpoint |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in args.models:
         get = {(r.what, r.provider): r for r in rows if r.params.startswith(f"model={name};")}
         ms = [
             get["step_time", k].median
-            for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor")
+            for k in ("eager", "checkpoint", "tritondtr", "wrapper-floor", "not-binding")
         ]
+        ms.append(get["recompute", "tritondtr"].median)
         pk = [int(get["peak", k].median) for k in ("eager", "checkpoint", "tritondtr")]
         lines.append(
             f"| {name} | "
             + " | ".join(f"{m:.1f}" for m in ms)
             + " | "
             + " | ".join(f"{b / 2**20:.2f} MiB" for b in pk)
-            + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x |"
+            + f" | {get['vs_checkpoint', 'tritondtr'].median:.2f}x"
+            + f" | {get['bound_vs_checkpoint', 'tritondtr'].median:.2f}x |"
         )
     (args.out / f"runtime_checkpoint_{tag}.md").write_text("\n".join(lines) + "\n")
     ms = {
