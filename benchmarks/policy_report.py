@@ -9,7 +9,10 @@ before / after comparison of two row files.
 #    run reads ``T`` (thrash: ThrashError or the paper's overhead limit) or ``M`` (oom: the
 #    budget is too small for what must stay resident); the optimum ``=x`` (revolve,
 #    Checkmate), the bound ``>=x``, ``inf`` when no schedule fits.
-# 3. The comparison matches rows by (what, provider, trace, ratio); a runtime row is worse
+# 3. The bounds table: one line per trace, a cell ``dtr_eq / support bound / cut bound``
+#    (runtime semantics, % of extra compute) and, when both are finite and positive, how
+#    many times the support bound ``dtr_eq`` is (``x2.3``).
+# 4. The comparison matches rows by (what, provider, trace, ratio); a runtime row is worse
 #    when its status went from ok to a failure, or its extra compute rose by more than
 #    ``TOLERANCE`` (relative) and 1e-6 of the step (absolute); the exit status is 1 then.
 
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from harness import Row, read_csv
 
-__all__ = ["cells", "compare", "plot", "table"]
+__all__ = ["bounds_table", "cells", "compare", "plot", "table"]
 
 TOLERANCE = 0.01
 
@@ -91,6 +94,30 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def bounds_table(rows: list[Row]) -> str:
+    """NOTE [ Policy sweep report ] rule 3, as markdown."""
+    c = cells(rows)
+    traces = list(dict.fromkeys(k[0] for k in c))
+    ratios = sorted({k[1] for k in c}, reverse=True)
+    lines = [
+        "| trace | " + " | ".join(f"{r:g}" for r in ratios) + " |",
+        "|---|" + "---:|" * len(ratios),
+    ]
+    for t in traces:
+        out = []
+        for r in ratios:
+            eq, sup, cut = (
+                c.get((t, r, p)) for p in ("runtime:dtr_eq", "bound:runtime", "bound:runtime-cut")
+            )
+            cell = f"{_pct(eq)} / {_pct(sup)} / {_pct(cut)}"
+            finite = sup is not None and math.isfinite(sup.median) and sup.median > 0
+            if finite and eq is not None and _status(eq) == "ok":
+                cell += f" x{eq.median / sup.median:.2g}"
+            out.append(cell)
+        lines.append(f"| {t} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[Row], path: str | Path) -> Path:
     """Overhead (1 + extra) against ratio, one panel per trace: runtime heuristics as thin
     lines (dtr_eq thick), the paper's policy dashed, the bound and optima as markers; failed
@@ -147,7 +174,7 @@ def plot(rows: list[Row], path: str | Path) -> Path:
 
 
 def compare(before: str | Path, after: str | Path) -> int:
-    """NOTE [ Policy sweep report ] rule 3: print per trace, ratio and runtime heuristic what
+    """NOTE [ Policy sweep report ] rule 4: print per trace, ratio and runtime heuristic what
     changed between two row files; 1 if anything got worse, else 0."""
     a, b = cells(read_csv(before)), cells(read_csv(after))
     worse = 0
