@@ -156,3 +156,39 @@ def test_support_bound_is_below_every_heuristic_on_a_recorded_step(name):
             res = simulate(trace, h, budget=b, semantics="runtime")
             if res.ok:
                 assert s.extra_cost <= res.remat_compute * (1 + 1e-9), (h, b)
+
+
+def test_bounds_skip_a_call_that_raised_budget_error():
+    # The program caught the BudgetError of ``a + b`` (8,000 bytes of inputs under 6,000):
+    # the twin replays that outcome as ok, so neither bound may call the budget infeasible.
+    x = torch.randn(1000)
+    with tritondtr.trace(budget=6000) as rec:
+        a, b = x * 2, x * 3
+        with pytest.raises(tritondtr.BudgetError):
+            a + b
+        del a
+        (b * 2).sum()
+    trace = rec.trace
+    res = simulate(trace, "dtr_eq", budget=6000, semantics="runtime")
+    (cut,) = cut_bound(trace, [6000], "runtime")
+    (sup,) = support_bound(trace, [6000])
+    assert res.ok and cut.status == sup.status == "ok"
+    assert sup.extra_cost <= res.remat_compute
+
+
+def test_support_bound_does_not_count_a_frozen_input():
+    # ``a`` is frozen (outside the budget) when ``h`` reads it: the room at h's cut is the
+    # whole budget. Counting a's 8 bytes there claimed f1 or f2 (cost 10) must run again.
+    b = TraceBuilder()
+    x = b.constant(8, name="x")
+    (a,) = b.call("f", [x], sizes=[8], cost=1.0)
+    b.freeze()
+    v = [b.call(f"g{i}", [x], sizes=[8], cost=c)[0] for i, c in enumerate((10.0, 10.0, 1.0))]
+    b.release(b.call("h", [a], sizes=[8], cost=1.0)[0])
+    b.release(b.call("k01", v[:2], sizes=[1], cost=1.0)[0])
+    b.release(b.call("k2", v[2:], sizes=[1], cost=1.0)[0])
+    trace = b.build()
+    for budget in (17, 18, 20, 23):
+        (sup,) = support_bound(trace, [budget])
+        res = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
+        assert res.ok and sup.extra_cost <= res.remat_compute == 1.0, budget

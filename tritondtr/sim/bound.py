@@ -22,7 +22,9 @@ no eviction policy, however clever, can beat.
 # 3. The bound is the largest over all cuts (one recomputation can serve several cuts, so
 #    cuts do not add up). ``required > budget`` at some cut: no schedule fits (``infeasible``).
 # 4. Reads are op inputs (through views, to their storage) and, in the runtime's semantics,
-#    ``materialize``; in the paper's, the trace's ``output`` events read at the end. A storage
+#    ``materialize``; in the paper's, the trace's ``output`` events read at the end. A call
+#    flagged ``FAILED`` (it raised BudgetError before it ran, NOTE [ The twin ] rule 7) is
+#    neither a cut nor a read: the budget did not hold there, by definition. A storage
 #    stops being read once the runtime stops counting it: ``forget``, an in-place write
 #    handing its buffer to the new version, ``freeze`` (NOTE [ The twin ] rules 2-3). Leaving
 #    out a read only makes the bound smaller, never wrong.
@@ -180,6 +182,8 @@ def _runtime_storages(trace: Trace) -> _Storages:
     for e, (k, a) in enumerate(zip(trace.kind.tolist(), trace.arg.tolist())):
         if k == _CALL:
             lo = in_ptr[a]
+            if out_ptr[a] < out_ptr[a + 1] and flags[out_ptr[a]] & _FAILED:
+                continue  # rule 4: an op that raised BudgetError before it ran, no cut
             ins = []
             for p in range(lo, in_ptr[a + 1]):
                 b = base[inputs[p]]
@@ -314,18 +318,17 @@ def _runtime_graph(trace: Trace) -> _Graph:
     for e, (k, a) in enumerate(zip(kinds, args)):
         if k == _CALL:
             lo, hi = in_ptr[a], in_ptr[a + 1]
+            if out_ptr[a] < out_ptr[a + 1] and flags[out_ptr[a]] & _FAILED:
+                continue  # NOTE [ Cut bound ] rule 4
             ins, parents = [], []
             for p in range(lo, hi):
                 b = base[inputs[p]]
                 s = sid[b] if b >= 0 else -1
-                if s >= 0:
-                    if s >= frozen:
-                        last[s] = e
+                if s >= frozen:  # a frozen storage is outside the budget (rule 3)
+                    last[s] = e
                     ins.append(s)
                     if not in_flags[p] & _BLANK:
                         parents.append(s)
-            if out_ptr[a] < out_ptr[a + 1] and flags[out_ptr[a]] & _FAILED:
-                continue  # NOTE [ The twin ] rule 7: it never ran
             op_in[a] = tuple(dict.fromkeys(parents))
             cuts.append((e, a, tuple(dict.fromkeys(ins))))
             frozen_at.append(frozen)
