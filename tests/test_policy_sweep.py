@@ -39,6 +39,7 @@ def test_sweep_rows_agree_with_the_optima(rows):
         "runtime:lru",
         "paper:dtr_eq",
         "bound:runtime",
+        "bound:runtime-cut",
         "bound:paper",
         "revolve:runtime",
         "checkmate:paper",
@@ -47,7 +48,8 @@ def test_sweep_rows_agree_with_the_optima(rows):
     for ratio in (0.9, 0.6):
         get = lambda p, ratio=ratio: c["chain12", ratio, p]
         opt = get("revolve:runtime")
-        assert ok(opt) and get("bound:runtime").median <= opt.median
+        cut, support = get("bound:runtime-cut"), get("bound:runtime")
+        assert ok(opt) and cut.median <= support.median <= opt.median
         for h in ("dtr_eq", "lru"):
             run = get(f"runtime:{h}")
             assert ok(run) and run.median >= opt.median, h
@@ -60,6 +62,7 @@ def test_sweep_rows_agree_with_the_optima(rows):
     assert c["chain12", 0.1, "runtime:dtr_eq"].note == "oom"
     assert not any("VIOLATED" in r.note for r in rows)
     assert "| chain12 |" in policy_report.table(rows)
+    assert "| chain12 | 4 / 4 / 4 x1 |" in policy_report.bounds_table(rows)  # exact at 90 %
 
 
 def test_compare_flags_a_worse_run(rows, tmp_path, capsys):
