@@ -172,59 +172,14 @@ def cut_bound(trace: Trace, budgets: Sequence[int], semantics: str = "runtime") 
 
 def _runtime_storages(trace: Trace) -> _Storages:
     """The twin's storages (NOTE [ The twin ] rule 2): fresh tracked outputs of calls."""
-    in_ptr, inputs = trace.in_ptr.tolist(), trace.inputs.tolist()
-    out_ptr, alias = trace.out_ptr.tolist(), trace.alias.tolist()
-    flags, writes, size = trace.flags.tolist(), trace.writes.tolist(), trace.size.tolist()
-    base = [-1] * trace.num_tensors
-    sid = [-1] * trace.num_tensors  # per base tensor; -1 once no longer read (rule 4)
-    born, last, ssize, sop, cuts = [], [], [], [], []
-    frozen = 0  # storages below this id were frozen
-    for e, (k, a) in enumerate(zip(trace.kind.tolist(), trace.arg.tolist())):
-        if k == _CALL:
-            lo = in_ptr[a]
-            if out_ptr[a] < out_ptr[a + 1] and flags[out_ptr[a]] & _FAILED:
-                continue  # rule 4: an op that raised BudgetError before it ran, no cut
-            ins = []
-            for p in range(lo, in_ptr[a + 1]):
-                b = base[inputs[p]]
-                s = sid[b] if b >= 0 else -1
-                if s >= frozen:
-                    last[s] = e
-                    ins.append(s)
-            cuts.append((e, a, np.asarray(ins, dtype=np.int64), 0.0))
-            for t in range(out_ptr[a], out_ptr[a + 1]):
-                if alias[t] >= 0:
-                    base[t] = base[inputs[lo + alias[t]]]
-                    continue
-                if flags[t] & _UNTRACKED:
-                    continue
-                if writes[t] >= 0:
-                    old = base[inputs[lo + writes[t]]]
-                    if old >= 0:
-                        sid[old] = -1  # handed out
-                base[t], sid[t] = t, len(born)
-                born.append(e)
-                last.append(-1)
-                ssize.append(size[t])
-                sop.append(a)
-        elif k in (_FORGET, _MATERIALIZE):
-            b = base[a]
-            s = sid[b] if b >= 0 else -1
-            if s >= frozen:
-                if k == _FORGET:
-                    sid[b] = -1
-                else:
-                    last[s] = e
-        elif k == _FREEZE:
-            frozen = len(born)
-    n = len(born)
+    g = _runtime_graph(trace)
     return _Storages(
-        np.asarray(born, dtype=np.int64),
-        np.asarray(last, dtype=np.int64),
-        np.asarray(ssize, dtype=np.float64),
-        np.asarray(sop, dtype=np.int64),
-        np.ones(n, dtype=bool),
-        cuts,
+        np.asarray(g.born, dtype=np.int64),
+        np.asarray(g.last, dtype=np.int64),
+        np.asarray(g.size, dtype=np.float64),
+        np.asarray(g.op, dtype=np.int64),
+        np.ones(len(g.born), dtype=bool),
+        [(e, a, np.asarray(ins, dtype=np.int64), 0.0) for e, a, ins in g.cuts],
     )
 
 
