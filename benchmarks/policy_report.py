@@ -63,8 +63,9 @@ def _pct(row: Row | None) -> str:
     return f"{100 * row.median:.3g}"
 
 
-def table(rows: list[Row]) -> str:
-    """NOTE [ Policy sweep report ] rule 2, as markdown."""
+def _grid(rows: list[Row], cell) -> str:
+    """A markdown table, one line per trace and one column per ratio (highest first);
+    ``cell(cells at that trace and ratio, by provider)`` is the text of a cell."""
     c = cells(rows)
     traces = list(dict.fromkeys(k[0] for k in c))
     ratios = sorted({k[1] for k in c}, reverse=True)
@@ -73,49 +74,44 @@ def table(rows: list[Row]) -> str:
         "|---|" + "---:|" * len(ratios),
     ]
     for t in traces:
-        out = []
-        for r in ratios:
-            rt = {p: row for (tt, rr, p), row in c.items() if tt == t and rr == r}
-            ok = [
-                row
-                for p, row in rt.items()
-                if p.startswith("runtime:") and _status(row) == "ok" and p != "runtime:dtr_eq"
-            ]
-            best = min(ok, key=lambda row: row.median, default=None)
-            eq = rt.get("runtime:dtr_eq")
-            if best is not None and eq is not None and _status(eq) == "ok":
-                best = None if best.median >= eq.median else best
-            best_s = "=" if best is None else f"{_pct(best)} {best.provider[8:]}"
-            opt = rt.get("revolve:runtime")
-            lb = rt.get("bound:runtime")
-            floor = f"={_pct(opt)}" if opt is not None else f">={_pct(lb)}"
-            out.append(f"{_pct(eq)} / {best_s} / {_pct(rt.get('paper:dtr_eq'))} / {floor}")
-        lines.append(f"| {t} | " + " | ".join(out) + " |")
+        at = [{p: row for (tt, rr, p), row in c.items() if tt == t and rr == r} for r in ratios]
+        lines.append(f"| {t} | " + " | ".join(cell(rt) for rt in at) + " |")
     return "\n".join(lines)
+
+
+def table(rows: list[Row]) -> str:
+    """NOTE [ Policy sweep report ] rule 2, as markdown."""
+
+    def cell(rt: dict[str, Row]) -> str:
+        ok = [
+            row
+            for p, row in rt.items()
+            if p.startswith("runtime:") and _status(row) == "ok" and p != "runtime:dtr_eq"
+        ]
+        best = min(ok, key=lambda row: row.median, default=None)
+        eq = rt.get("runtime:dtr_eq")
+        if best is not None and eq is not None and _status(eq) == "ok":
+            best = None if best.median >= eq.median else best
+        best_s = "=" if best is None else f"{_pct(best)} {best.provider[8:]}"
+        opt = rt.get("revolve:runtime")
+        floor = f"={_pct(opt)}" if opt is not None else f">={_pct(rt.get('bound:runtime'))}"
+        return f"{_pct(eq)} / {best_s} / {_pct(rt.get('paper:dtr_eq'))} / {floor}"
+
+    return _grid(rows, cell)
 
 
 def bounds_table(rows: list[Row]) -> str:
     """NOTE [ Policy sweep report ] rule 3, as markdown."""
-    c = cells(rows)
-    traces = list(dict.fromkeys(k[0] for k in c))
-    ratios = sorted({k[1] for k in c}, reverse=True)
-    lines = [
-        "| trace | " + " | ".join(f"{r:g}" for r in ratios) + " |",
-        "|---|" + "---:|" * len(ratios),
-    ]
-    for t in traces:
-        out = []
-        for r in ratios:
-            eq, sup, cut = (
-                c.get((t, r, p)) for p in ("runtime:dtr_eq", "bound:runtime", "bound:runtime-cut")
-            )
-            cell = f"{_pct(eq)} / {_pct(sup)} / {_pct(cut)}"
-            finite = sup is not None and math.isfinite(sup.median) and sup.median > 0
-            if finite and eq is not None and _status(eq) == "ok":
-                cell += f" x{eq.median / sup.median:.2g}"
-            out.append(cell)
-        lines.append(f"| {t} | " + " | ".join(out) + " |")
-    return "\n".join(lines)
+
+    def cell(rt: dict[str, Row]) -> str:
+        eq, sup, cut = (rt.get(p) for p in ("runtime:dtr_eq", "bound:runtime", "bound:runtime-cut"))
+        text = f"{_pct(eq)} / {_pct(sup)} / {_pct(cut)}"
+        finite = sup is not None and math.isfinite(sup.median) and sup.median > 0
+        if finite and eq is not None and _status(eq) == "ok":
+            text += f" x{eq.median / sup.median:.2g}"
+        return text
+
+    return _grid(rows, cell)
 
 
 def plot(rows: list[Row], path: str | Path) -> Path:

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
+from .checkmate import SparseRows
 from .program import compile_trace
 
 __all__ = ["CutBound", "cut_bound", "support_bound"]
@@ -372,15 +373,10 @@ def _solve_cut(g, i, budget, max_ops, cost, born, last, optimize, sparse):
             obj.append(c)
         return j
 
-    rows, cols, vals, rhs = [], [], [], []
+    cons = SparseRows()
 
     def le(terms, b):  # sum coef * x <= b
-        r = len(rhs)
-        for j, v in terms:
-            rows.append(r)
-            cols.append(j)
-            vals.append(v)
-        rhs.append(b)
+        cons.add(terms, -np.inf, b)
 
     todo = []
     for s in live:  # a live storage is resident or brought back
@@ -409,9 +405,12 @@ def _solve_cut(g, i, budget, max_ops, cost, born, last, optimize, sparse):
         if g.gone[p] <= e:  # its buffer was gone: resident only if run again before
             le([(m_p, 1.0), (col(qvar, g.op[p], cost[g.op[p]]), -1.0)], 0.0)
     le([(m, float(g.size[s])) for s, m in mvar.items()], float(room))
-    a = sparse.csr_matrix((vals, (rows, cols)), shape=(len(rhs), len(obj)))
     res = optimize.linprog(
-        np.asarray(obj), A_ub=a, b_ub=np.asarray(rhs), bounds=(0.0, 1.0), method="highs"
+        np.asarray(obj),
+        A_ub=cons.matrix(len(obj), sparse),
+        b_ub=np.asarray(cons.hi),
+        bounds=(0.0, 1.0),
+        method="highs",
     )
     if res.status != 0:
         return None

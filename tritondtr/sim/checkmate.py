@@ -106,6 +106,32 @@ class CheckmateResult:
     wall_s: float
 
 
+class SparseRows:
+    """Constraint rows ``lo <= sum(v * x[c] for c, v in entries) <= hi`` of a sparse
+    matrix, added one at a time (the Checkmate MILP here; NOTE [ Support bound ]'s linear
+    programs in bound.py)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, entries, lo: float, hi: float) -> None:
+        r = len(self.lo)
+        for c, v in entries:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def matrix(self, ncols: int, sparse):
+        """The rows as a ``scipy.sparse`` CSR array of ``ncols`` columns."""
+        return sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(len(self.lo), ncols))
+
+
 def _scipy_milp():
     try:
         from scipy import optimize, sparse
@@ -154,16 +180,8 @@ def solve_checkmate(
         for k in range(t + 1):
             for i in (*deps[k], k):
                 free[t, i, k] = int(new(1)[0])
-    rows, cols, vals, lo, hi = [], [], [], [], []
-
-    def row(entries, lb, ub) -> None:
-        r = len(lo)
-        for c, v in entries:
-            rows.append(r)
-            cols.append(c)
-            vals.append(v)
-        lo.append(lb)
-        hi.append(ub)
+    cons = SparseRows()
+    row = cons.add
 
     inf = np.inf
     for t in range(T):
@@ -207,12 +225,12 @@ def solve_checkmate(
     ub[U[U >= 0]] = budget
     integrality = np.zeros(nvar)
     integrality[:n_int] = 1
-    A = sparse.csr_array((vals, (rows, cols)), shape=(len(lo), nvar))
+    A = cons.matrix(nvar, sparse)
     res = optimize.milp(
         c,
         integrality=integrality,
         bounds=optimize.Bounds(lb, ub),
-        constraints=optimize.LinearConstraint(A, lo, hi),
+        constraints=optimize.LinearConstraint(A, cons.lo, cons.hi),
         options={"time_limit": float(time_limit), "mip_rel_gap": 0.0},
     )
     base = float(g.cost.sum())
