@@ -213,3 +213,16 @@ def test_budget_strings_a_user_writes_work(tmp_path, capsys):
     assert rc == 0, err
     rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
     assert [r.split(",")[3:5] for r in rows[1:]] == [["6144", "ok"], ["0", "oom"]]
+
+
+def test_bound_without_scipy_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else real(name, *a)
+    )
+    path = tmp_path / "t.npz"
+    save_trace(tiny_trace(), path)
+    rc, out, err = run_cli(tmp_path, capsys, str(path), "--semantics", "runtime", "--bound")
+    assert_one_line_error(rc, out, err, "--bound", "pip install 'tritondtr[milp]'")

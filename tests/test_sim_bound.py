@@ -192,3 +192,30 @@ def test_support_bound_does_not_count_a_frozen_input():
         (sup,) = support_bound(trace, [budget])
         res = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
         assert res.ok and sup.extra_cost <= res.remat_compute == 1.0, budget
+
+
+@pytest.mark.parametrize("semantics", ["runtime", "paper"])
+def test_simulate_cli_prints_and_writes_the_bound(tmp_path, capsys, semantics):
+    import csv
+
+    from tritondtr.cli import main
+    from tritondtr.sim import save_trace
+
+    path = tmp_path / "chain.npz"
+    save_trace(generators.chain(12), path)
+    out = tmp_path / "out"
+    argv = ["simulate", str(path), "--semantics", semantics, "--ratios", "0.7,0.5"]
+    argv += ["--heuristics", "dtr_eq", "--bound", "--no-plot", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    which = "support bound" if semantics == "runtime" else "cut bound"
+    assert f"lower bound of any schedule ({which})" in text
+    rows = list(csv.DictReader((out / "bounds.csv").read_text().splitlines()))
+    results = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
+    assert [int(r["budget"]) for r in rows] == sorted({int(r["budget"]) for r in results})[::-1]
+    for r in rows:
+        run = next(x for x in results if x["budget"] == r["budget"])
+        assert r["status"] == "ok"
+        assert (
+            1.0 <= float(r["overhead_bound"]) <= float(run["overhead"]) == float(r["best_overhead"])
+        )

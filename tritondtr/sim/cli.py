@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import sys
@@ -162,6 +163,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="directory for results.csv, baselines.csv, figure2.png (default: ./sim-out)",
     )
+    parser.add_argument(
+        "--bound",
+        action="store_true",
+        help="also print a lower bound of any schedule's overhead at each budget and write "
+        "bounds.csv: the support bound in runtime semantics (needs scipy: pip install "
+        "'tritondtr[milp]'), the cut bound in paper semantics",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     parser.add_argument(
         "--reference",
@@ -193,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--reference {args.reference}: not a figure2-reference.json ({e})")
     if reference is not None and not isinstance(reference, dict):
         return _fail(f"--reference {args.reference}: expected a JSON object of traces")
+    if args.bound and args.semantics == "runtime" and importlib.util.find_spec("scipy") is None:
+        return _fail("--bound in runtime semantics needs scipy: pip install 'tritondtr[milp]'")
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -303,6 +313,8 @@ def run(args: argparse.Namespace) -> int:
             line += f"{st:>8}{ov:>9}"
         print(line)
     print(f"total replay time {sum(r.wall_s for *_, r in rows):.1f} s; wrote {out}/results.csv")
+    if args.bound:
+        _bounds(loaded, rows, runtime, out)
     if not args.no_plot and not budgets:
         from .plot import plot_sweeps
 
@@ -310,6 +322,41 @@ def run(args: argparse.Namespace) -> int:
         plot_sweeps(sweeps, out / "figure2.png", reference=ref_curves or None)
         print(f"wrote {out}/figure2.png")
     return 0
+
+
+def _bounds(loaded, rows, runtime: bool, out: Path) -> None:
+    """``--bound``: at each budget the runs used, the least overhead any schedule could have
+    (NOTE [ Support bound ] in runtime semantics, NOTE [ Cut bound ] in the paper's), next to
+    the best run; printed and written to bounds.csv."""
+    from ..units import format_bytes
+    from .bound import cut_bound, support_bound
+
+    lines, table = [], []
+    for path, trace, base in loaded:
+        name = trace.meta.get("name", Path(path).stem)
+        runs = [r for n, _, r in rows if n == name]
+        budgets = sorted({r.budget for r in runs}, reverse=True)
+        if runtime:
+            found = support_bound(trace, budgets)
+            denom = trace.total_cost()
+        else:
+            found = cut_bound(trace, budgets, "paper")
+            denom = base.compute
+        for b, lb in zip(budgets, found):
+            ok = [r.overhead for r in runs if r.budget == b and r.ok]
+            best = min(ok) if ok else math.nan
+            low = 1.0 + lb.extra_cost / denom if denom else math.nan
+            table.append((name, b, lb.status, low, lb.remats, best))
+            lines.append(f"{name:<14}{format_bytes(b):>12}{lb.status:>12}{low:>12.4f}{best:>12.4f}")
+    with open(out / "bounds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["trace", "budget", "status", "overhead_bound", "remats_bound", "best_overhead"])
+        w.writerows(table)
+    which = "support bound" if runtime else "cut bound"
+    print(f"lower bound of any schedule ({which}) against the best run")
+    print(f"{'trace':<14}{'budget':>12}{'status':>12}{'overhead >=':>12}{'best run':>12}")
+    print("\n".join(lines))
+    print(f"wrote {out}/bounds.csv")
 
 
 def _fail(message: str) -> int:
