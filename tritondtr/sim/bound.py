@@ -118,11 +118,16 @@ def cut_bound(trace: Trace, budgets: Sequence[int], semantics: str = "runtime") 
     """NOTE [ Cut bound ] of ``trace`` at each of ``budgets`` (bytes, as ``simulate`` takes
     them in ``semantics``). O(cuts x live storages) with numpy: seconds for 1e4 ops."""
     if semantics == "runtime":
-        st = _runtime_storages(trace)
+        st = _runtime_storages(_runtime_graph(trace))
     elif semantics == "paper":
         st = _paper_storages(trace)
     else:
         raise ValueError(f"semantics must be 'paper' or 'runtime', got {semantics!r}")
+    return _cut_bounds(trace, st, budgets)
+
+
+def _cut_bounds(trace: Trace, st: _Storages, budgets: Sequence[int]) -> list[CutBound]:
+    """NOTE [ Cut bound ] rules 1-3 over the storages ``st`` of ``trace``."""
     budgets = np.asarray([int(b) for b in budgets], dtype=np.float64)
     cost = trace.op_cost.astype(np.float64)
     names = trace.names
@@ -171,9 +176,8 @@ def cut_bound(trace: Trace, budgets: Sequence[int], semantics: str = "runtime") 
     return out
 
 
-def _runtime_storages(trace: Trace) -> _Storages:
+def _runtime_storages(g: _Graph) -> _Storages:
     """The twin's storages (NOTE [ The twin ] rule 2): fresh tracked outputs of calls."""
-    g = _runtime_graph(trace)
     return _Storages(
         np.asarray(g.born, dtype=np.int64),
         np.asarray(g.last, dtype=np.int64),
@@ -222,8 +226,8 @@ def support_bound(
         from scipy import optimize, sparse
     except ImportError as e:  # pragma: no cover - scipy is in the dev extra
         raise ImportError("support_bound needs scipy: pip install 'tritondtr[milp]'") from e
-    base = cut_bound(trace, budgets, "runtime")
     g = _runtime_graph(trace)
+    base = _cut_bounds(trace, _runtime_storages(g), budgets)
     cost = trace.op_cost.astype(np.float64)
     out = []
     for b, cb in zip(budgets, base):
@@ -241,10 +245,11 @@ def support_bound(
 
 @dataclass(frozen=True)
 class _Graph:
-    """The twin's storages with what rule 2 of NOTE [ Support bound ] needs: per storage its
-    ``born`` and last-read events, the event its buffer was ``gone`` (len(events): never),
-    ``size``, ``op``, and the number of storages ``frozen`` before it; per op the storages it
-    read as parents (``op_in``) and its outputs' storages; the cuts (event, op, inputs)."""
+    """The twin's storages, as both bounds need them: per storage (ids in creation order)
+    the event that made it (``born``), its last read (-1: never), the event its buffer was
+    ``gone`` (released, handed out or forgotten; len(events): never), ``size`` and ``op``;
+    per op the storages it read as parents (``op_in``, blank inputs left out); per cut
+    (event, op, input storages) and how many storages were frozen there (``frozen_at``)."""
 
     born: list
     last: list
