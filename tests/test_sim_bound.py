@@ -3,6 +3,7 @@ tritondtr/sim/bound.py) against independent optima: revolve on chains, a brute-f
 of every schedule on tiny graphs, hand-made traces whose optimum is plain, and every
 heuristic's replay on recorded zoo steps. A lower bound must never exceed any of them."""
 
+import csv
 import math
 
 import pytest
@@ -11,7 +12,8 @@ import zoo
 from test_sim_optimum import brute_force, tiny_graphs
 
 import tritondtr
-from tritondtr.sim import TraceBuilder, baseline, generators, runtime_peak, simulate
+from tritondtr.cli import main
+from tritondtr.sim import TraceBuilder, baseline, generators, runtime_peak, save_trace, simulate
 from tritondtr.sim.bound import cut_bound, support_bound
 from tritondtr.sim.checkmate import OpGraph
 from tritondtr.sim.revolve import chain_optimum_extra
@@ -178,7 +180,7 @@ def test_bounds_skip_a_call_that_raised_budget_error():
 
 def test_support_bound_does_not_count_a_frozen_input():
     # ``a`` is frozen (outside the budget) when ``h`` reads it: the room at h's cut is the
-    # whole budget. Counting a's 8 bytes there claimed f1 or f2 (cost 10) must run again.
+    # whole budget. Counting a's 8 bytes there claimed g0 or g1 (cost 10) must run again.
     b = TraceBuilder()
     x = b.constant(8, name="x")
     (a,) = b.call("f", [x], sizes=[8], cost=1.0)
@@ -196,11 +198,6 @@ def test_support_bound_does_not_count_a_frozen_input():
 
 @pytest.mark.parametrize("semantics", ["runtime", "paper"])
 def test_simulate_cli_prints_and_writes_the_bound(tmp_path, capsys, semantics):
-    import csv
-
-    from tritondtr.cli import main
-    from tritondtr.sim import save_trace
-
     path = tmp_path / "chain.npz"
     save_trace(generators.chain(12), path)
     out = tmp_path / "out"
