@@ -8,6 +8,7 @@ import pytest
 
 from tritondtr.sim import EventKind, TraceBuilder, TraceError, load_trace, save_trace
 from tritondtr.traceformat.dtrlog import read_dtr_log
+from tritondtr.traceformat.trace import TensorFlag
 
 ARRAYS = ("kind", "arg", "op_cost", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
 
@@ -193,6 +194,23 @@ def test_every_instruction():
     assert t.arg[t.kind == EventKind.RELEASE].tolist() == [2, 0, 1]
     # Outputs in first-binding order of the names still bound: w (w), a (w2), b' (b).
     assert t.arg[t.kind == EventKind.OUTPUT].tolist() == [0, 1, 3]
+
+
+def test_backward_mark_flags_what_follows():
+    """NOTE [ DTR log import ] rule 8: after ``ANNOTATE BACKWARD`` every output of a CALL or
+    MUTATE is a backward storage; nothing before it is, and a log without the mark has none."""
+    bw = int(TensorFlag.BACKWARD)
+    forward = [*CONST, *call("relu", ["w"], ["a"])]
+    backward = [
+        *call("threshold_backward", ["w", "a"], ["g", "v"], mem=("32", "0"), alias=("-1", "0")),
+        {"INSTRUCTION": "MUTATE", "NAME": "add_", "ARGS": ["g", "w"], "MUTATE": ["0"], "TIME": "5"},
+    ]
+    mark = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"}
+    t = read_dtr_log([json.dumps(r) for r in [*forward, mark, *backward]], "x.log")
+    # w (constant), a (relu), g and its view v (threshold_backward), g's new version (add_)
+    assert t.flags.tolist() == [0, 0, bw, bw, bw]
+    t = read_dtr_log([json.dumps(r) for r in [*forward, *backward]], "x.log")
+    assert not t.flags.any()
 
 
 @pytest.mark.parametrize(

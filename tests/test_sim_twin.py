@@ -5,6 +5,8 @@ in any count is a failure."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,8 +14,11 @@ import zoo
 from torch import nn
 
 import tritondtr
-from tritondtr.sim import simulate
+from tritondtr.sim import load_trace, runtime_peak, simulate
 from tritondtr.sim.twin import replay_runtime
+from tritondtr.traceformat.trace import TensorFlag
+
+UNET_LOG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "dtr-prototype" / "unet.log"
 
 
 def _twin_counts(trace, stress: bool = False) -> tuple[int, int, int]:
@@ -196,6 +201,21 @@ def test_twin_is_exact_on_random_programs(program, fraction, stress, seed):
     except tritondtr.BudgetError:
         return  # below one op's working set: nothing recorded to compare
     assert _twin_counts(rec.trace, stress=stress) == _recorded_counts(rec.trace)
+
+
+@pytest.mark.skipif(not UNET_LOG.exists(), reason=f"{UNET_LOG} (the DTR authors' log) is absent")
+def test_log_backward_storages_are_pinned():
+    """NOTE [ DTR log import ] rule 8: the U-Net log's backward pass is replayed as the
+    runtime runs one, its gradients pinned; as ordinary candidates they were evicted and the
+    backward pass recomputed again and again."""
+    trace = load_trace(UNET_LOG)
+    assert (trace.flags & int(TensorFlag.BACKWARD)).any()
+    budget = int(0.3 * runtime_peak(trace))
+    pinned = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
+    trace.flags[:] = 0
+    candidates = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
+    assert (pinned.status, pinned.evictions, pinned.remats) == ("ok", 95, 97)
+    assert (candidates.status, candidates.evictions, candidates.remats) == ("ok", 564, 515)
 
 
 def test_runtime_ratio_is_of_the_runtime_peak():

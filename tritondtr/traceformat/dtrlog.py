@@ -21,6 +21,16 @@ turns every instruction into trace events, reading it the way the paper's simula
 #    the order the names were first bound (the reference iterates its name table).
 # 7. ``TIME`` (ns) is the op cost; a numeric string or number, integer or not, is accepted.
 #    ``MEMORY`` and ``ALIAS`` are whole numbers (a string or a JSON integer, never truncated).
+# 8. ``ANNOTATE BACKWARD`` marks where the backward pass starts: the outputs of every CALL and
+#    MUTATE after it are flagged ``BACKWARD`` (NOTE [ Runtime annotations ] rule 1 in
+#    trace.py), what the runtime flags for the storages autograd's backward pass makes, so a
+#    replay in the runtime's semantics pins them as the runtime would (NOTE [ Backward
+#    storages ] in core/evict.py). The paper's semantics ignores flags: its replay, and the
+#    Figure 2 agreement, are unchanged. Why: without the flags the twin evicted the backward
+#    pass's own gradients as ordinary candidates, and the U-Net log at 30 % of its peak
+#    recomputed 206 % of its compute instead of 39 % (a U-Net recorded with
+#    ``tritondtr.trace``, flags stripped, did the same: 48 % -> 231 %); measured:
+#    docs/simulator.md, "Session 16".
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import math
 from collections.abc import Iterable
 
 from .builder import TraceBuilder
-from .trace import Trace, TraceError
+from .trace import TensorFlag, Trace, TraceError
 
 __all__ = ["is_dtr_log_line", "read_dtr_log"]
 
@@ -160,6 +170,7 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
         }
     )
     names: dict[str, int] = {}  # name -> tensor id, in first-binding order (rule 6)
+    backward = False  # rule 8: past the backward pass's start
 
     def lookup(n: int, name: str, what: str) -> int:
         if name not in names:
@@ -201,7 +212,8 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
                 aliases.append(alias)
             if not results:
                 raise lines_.error(n, f"CALL {op} has no RESULT")
-            for r, t in zip(results, b.call(op, args, sizes, cost, aliases)):
+            outs = b.call(op, args, sizes, cost, aliases, flags=_flags(backward, sizes))
+            for r, t in zip(results, outs):
                 names[r] = t
         elif ins == "MUTATE":
             op = _field(lines_, n, rec, "NAME")
@@ -220,7 +232,7 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
                 )
             cost = _number(lines_, n, rec, "TIME", integer=False)
             sizes = [b.storage_size(args[i]) for i in mutated]
-            outs = b.call(op, args, sizes, cost)
+            outs = b.call(op, args, sizes, cost, flags=_flags(backward, sizes))
             for i, new in zip(mutated, outs):
                 old = names[arg_names[i]]
                 names[arg_names[i]] = new
@@ -243,7 +255,9 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
             if name in names:
                 _release(lines_, n, b, names[name], name)
         elif ins == "ANNOTATE":
-            b.annotate(_field(lines_, n, rec, "ANNOTATION"))
+            text = _field(lines_, n, rec, "ANNOTATION")
+            b.annotate(text)
+            backward = backward or text == "BACKWARD"
         else:  # MEMORY, ALIAS
             raise lines_.error(n, f"{ins} line outside a CONSTANT or CALL block")
     done: set[int] = set()
@@ -252,6 +266,11 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
             b.output(t)
             done.add(t)
     return b.build(outputs="none").validate()
+
+
+def _flags(backward: bool, sizes: list) -> list[int] | None:
+    """Rule 8: the outputs' flags, None (all 0) before the backward pass."""
+    return [int(TensorFlag.BACKWARD)] * len(sizes) if backward else None
 
 
 def _release(lines: _Lines, n: int, b: TraceBuilder, t: int, name: str) -> None:
