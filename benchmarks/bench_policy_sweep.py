@@ -3,9 +3,9 @@ lower bound, on recorded training steps at 90 % .. 10 % of their memory.
 
 # NOTE [ Policy sweep ]
 # 1. Traces (recorded.py, NOTE [ Recorded steps ]): the zoo at scale 4 and 16, ``gru40``,
-#    ``tinygpt`` (the demo's model), GPT-2 / BERT / Llama from config, the DTR authors' five
-#    logs, and two generated ones where the optimum is known: ``chain200`` (revolve) and
-#    ``chain12`` (Checkmate too).
+#    ``tinygpt`` (the demo's model), ``unet``, GPT-2 / BERT / Llama from config, the DTR
+#    authors' five logs, and two generated ones where the optimum is known: ``chain200``
+#    (revolve) and ``chain12`` (Checkmate too).
 #    Recorded traces are cached as .npz under ``--traces`` (default out/policy_sweep/) and
 #    reused: op costs are measured times, so two sweeps compare policies only on the same
 #    files. ``--quick``: the zoo at scale 4 and gru40 at 0.7 / 0.5 / 0.3 (~2 min).
@@ -105,6 +105,7 @@ def traces(names: list[str], cache: Path, scales=(4, 16)) -> dict[str, tritondtr
             steps[f"{n}-s{s}"] = lambda n=n, s=s: recorded.zoo_step(n, s)
     steps["gru40"] = recorded.gru_step
     steps["tinygpt"] = recorded.tinygpt_step
+    steps["unet"] = recorded.unet_step
     for n in recorded.HF_MODELS:
         steps[f"hf-{n}"] = lambda n=n: recorded.hf_step(n)
     out = {}
@@ -247,7 +248,7 @@ def main(argv=None) -> int:
     if args.quick:
         names, ratios = [*zoo4, "gru40"], QUICK_RATIOS
     else:
-        names = [*zoo4, *(f"{n}-s16" for n in recorded.zoo.ZOO), "gru40", "tinygpt"]
+        names = [*zoo4, *(f"{n}-s16" for n in recorded.zoo.ZOO), "gru40", "tinygpt", "unet"]
         names += [f"hf-{n}" for n in recorded.HF_MODELS]
         names += [f"dtr-{n}" for n in recorded.DTR_LOGS] + ["chain200", "chain12"]
         ratios = RATIOS

@@ -15,6 +15,11 @@ models built from config, and the DTR authors' logs.
 #    its first step (NOTE [ The demo ] in tritondtr/demo.py trains it the same way).
 # 5. The DTR authors' logs are read from ../shared/traces/dtr-prototype/ (never copied into
 #    the project); without that folder they are skipped with a printed reason.
+# 6. ``unet``: a U-Net of the authors' log's shape (``unet.log``: two conv / batch norm / ReLU
+#    per block, four max-pool levels down, four bilinear upsamplings with pad and skip
+#    concatenation up, 19 convolutions, binary cross-entropy with logits), base width 16,
+#    batch 2 x 3 x 96 x 96, SGD: the same graph recorded by ``tritondtr.trace``, with the
+#    backward pass's storages flagged as the runtime saw them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "hf_step",
     "record",
     "tinygpt_step",
+    "unet_step",
     "zoo_step",
 ]
 
@@ -83,6 +89,63 @@ def tinygpt_step() -> Step:
         opt.zero_grad(set_to_none=True)
         logits = model(x)
         torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()
+        opt.step()
+
+    return step
+
+
+def _double_conv(cin: int, cout: int) -> torch.nn.Sequential:
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    )
+
+
+class UNet(torch.nn.Module):
+    """NOTE [ Recorded steps ] rule 6: [N, 3, H, W] -> [N, 1, H, W] logits (H, W multiples
+    of 16)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        w = width
+        self.inc = _double_conv(3, w)
+        chans = [(w, 2 * w), (2 * w, 4 * w), (4 * w, 8 * w), (8 * w, 8 * w)]
+        self.downs = torch.nn.ModuleList(_double_conv(i, o) for i, o in chans)
+        chans = [(16 * w, 4 * w), (8 * w, 2 * w), (4 * w, w), (2 * w, w)]
+        self.ups = torch.nn.ModuleList(_double_conv(i, o) for i, o in chans)
+        self.out = torch.nn.Conv2d(w, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        skips = [self.inc(x)]
+        for down in self.downs:
+            skips.append(down(F.max_pool2d(skips[-1], 2)))
+        x = skips.pop()
+        for up in self.ups:
+            skip = skips.pop()
+            x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+            dy, dx = skip.size(2) - x.size(2), skip.size(3) - x.size(3)
+            x = F.pad(x, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+            x = up(torch.cat([skip, x], dim=1))
+        return self.out(x)
+
+
+def unet_step() -> Step:
+    """NOTE [ Recorded steps ] rule 6."""
+    torch.manual_seed(0)
+    model = UNet()
+    x = torch.randn(2, 3, 96, 96)
+    y = (torch.rand(2, 1, 96, 96) > 0.5).float()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.binary_cross_entropy_with_logits(model(x), y).backward()
         opt.step()
 
     return step
