@@ -94,61 +94,11 @@ def tinygpt_step() -> Step:
     return step
 
 
-def _double_conv(cin: int, cout: int) -> torch.nn.Sequential:
-    nn = torch.nn
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
-        nn.BatchNorm2d(cout),
-        nn.ReLU(inplace=True),
-    )
-
-
-class UNet(torch.nn.Module):
-    """NOTE [ Recorded steps ] rule 6: [N, 3, H, W] -> [N, 1, H, W] logits (H, W multiples
-    of 16)."""
-
-    def __init__(self, width: int = 16) -> None:
-        super().__init__()
-        w = width
-        self.inc = _double_conv(3, w)
-        chans = [(w, 2 * w), (2 * w, 4 * w), (4 * w, 8 * w), (8 * w, 8 * w)]
-        self.downs = torch.nn.ModuleList(_double_conv(i, o) for i, o in chans)
-        chans = [(16 * w, 4 * w), (8 * w, 2 * w), (4 * w, w), (2 * w, w)]
-        self.ups = torch.nn.ModuleList(_double_conv(i, o) for i, o in chans)
-        self.out = torch.nn.Conv2d(w, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        F = torch.nn.functional
-        skips = [self.inc(x)]
-        for down in self.downs:
-            skips.append(down(F.max_pool2d(skips[-1], 2)))
-        x = skips.pop()
-        for up in self.ups:
-            skip = skips.pop()
-            x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
-            dy, dx = skip.size(2) - x.size(2), skip.size(3) - x.size(3)
-            x = F.pad(x, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
-            x = up(torch.cat([skip, x], dim=1))
-        return self.out(x)
-
-
 def unet_step() -> Step:
     """NOTE [ Recorded steps ] rule 6."""
-    torch.manual_seed(0)
-    model = UNet()
-    x = torch.randn(2, 3, 96, 96)
-    y = (torch.rand(2, 1, 96, 96) > 0.5).float()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.binary_cross_entropy_with_logits(model(x), y).backward()
-        opt.step()
-
-    return step
+    case = zoo.unet_case(width=16, side=96)
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-3)
+    return lambda: zoo.train_step(case, opt)
 
 
 def zoo_step(name: str, scale: int) -> Step:

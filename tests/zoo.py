@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ZOO", "Case", "make", "train_step"]
+__all__ = ["ZOO", "Case", "UNet", "make", "train_step", "unet_case"]
 
 
 @dataclass
@@ -178,6 +178,58 @@ def _treelstm(scale: int) -> Case:
     model = TreeLSTM(d=16 * scale)
     tokens, y = torch.randint(0, 32, (32, 13)), torch.randint(0, 3, (32,))
     return Case(model, (tokens, y), lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+
+
+def _double_conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    )
+
+
+class UNet(nn.Module):
+    """A U-Net of the DTR authors' log's shape (their ``unet.log``): two conv / batch norm /
+    ReLU per block, four max-pool levels down, four bilinear upsamplings with pad and skip
+    concatenation up, 19 convolutions. [N, 3, H, W] -> [N, 1, H, W] logits, H and W multiples
+    of 16."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        w = width
+        self.inc = _double_conv(3, w)
+        chans = [(w, 2 * w), (2 * w, 4 * w), (4 * w, 8 * w), (8 * w, 8 * w)]
+        self.downs = nn.ModuleList(_double_conv(i, o) for i, o in chans)
+        chans = [(16 * w, 4 * w), (8 * w, 2 * w), (4 * w, w), (2 * w, w)]
+        self.ups = nn.ModuleList(_double_conv(i, o) for i, o in chans)
+        self.out = nn.Conv2d(w, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = [self.inc(x)]
+        for down in self.downs:
+            skips.append(down(F.max_pool2d(skips[-1], 2)))
+        x = skips.pop()
+        for up in self.ups:
+            skip = skips.pop()
+            x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+            dy, dx = skip.size(2) - x.size(2), skip.size(3) - x.size(3)
+            x = F.pad(x, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+            x = up(torch.cat([skip, x], dim=1))
+        return self.out(x)
+
+
+def unet_case(width: int = 4, side: int = 32) -> Case:
+    """A :class:`UNet` of base ``width`` on a batch of 2 ``side`` x ``side`` images with
+    binary targets (binary cross-entropy with logits). Not in :data:`ZOO`: the runtime's
+    tests and the recorded steps (benchmarks/recorded.py) use it on its own."""
+    torch.manual_seed(0)
+    model = UNet(width)
+    x = torch.randn(2, 3, side, side)
+    y = (torch.rand(2, 1, side, side) > 0.5).float()
+    return Case(model, (x, y), lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), b[1]))
 
 
 ZOO: dict[str, Callable[[int], Case]] = {
