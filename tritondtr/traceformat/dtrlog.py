@@ -29,7 +29,7 @@ turns every instruction into trace events, reading it the way the paper's simula
 #    Figure 2 agreement, are unchanged. Why: without the flags the twin evicted the backward
 #    pass's own gradients as ordinary candidates, and the U-Net log at 30 % of its peak
 #    recomputed 206 % of its compute instead of 39 % (a U-Net recorded with
-#    ``tritondtr.trace``, flags stripped, did the same: 48 % -> 231 %); measured:
+#    ``tritondtr.trace``, flags stripped, did the same: 47.8 % -> 214 %); measured:
 #    docs/simulator.md, "Session 16".
 """
 
