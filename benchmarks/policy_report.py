@@ -22,8 +22,8 @@ examples:
 
 from __future__ import annotations
 
+import argparse
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -159,9 +159,10 @@ def plot(rows: list[Row], path: str | Path) -> Path:
             handles.setdefault(lab, h)
     labels = list(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=len(labels))
-    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.035)
+    inch = 1 / fig.get_figheight()  # the legend and the x label keep their height in inches
+    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.42 * inch)
     fig.supylabel("compute / one unbudgeted step (log)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.045, 1, 1))
+    fig.tight_layout(rect=(0, 0.62 * inch, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -202,13 +203,17 @@ def compare(before: str | Path, after: str | Path) -> int:
 
 def main(argv=None) -> int:
     """``policy_report.py ROWS.csv``: print the table, redraw ROWS.png beside the file."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: policy_report.py ROWS.csv (a bench_policy_sweep.py row file)")
-        return 2
-    rows = read_csv(argv[0])
+    ap = argparse.ArgumentParser(
+        description="Print a policy sweep's tables and redraw its plot (ROWS.png beside it)."
+    )
+    ap.add_argument("rows", type=Path, help="a row file of bench_policy_sweep.py (.csv)")
+    args = ap.parse_args(argv)
+    if not args.rows.is_file():
+        ap.error(f"{args.rows} is not a file: pass a row file of bench_policy_sweep.py")
+    rows = read_csv(args.rows)
     print(table(rows))
-    print(plot(rows, Path(argv[0]).with_suffix(".png")))
+    print(bounds_table(rows))
+    print(plot(rows, args.rows.with_suffix(".png")))
     return 0
 
 
