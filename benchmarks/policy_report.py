@@ -159,10 +159,10 @@ def plot(rows: list[Row], path: str | Path) -> Path:
             handles.setdefault(lab, h)
     labels = list(handles)
     fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=len(labels))
-    inch = 1 / fig.get_figheight()  # the legend and the x label keep their height in inches
-    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.42 * inch)
+    per_inch = 1 / fig.get_figheight()  # legend and x label keep their height in inches
+    fig.supxlabel("memory ratio (of the runtime's unlimited peak)", fontsize=9, y=0.42 * per_inch)
     fig.supylabel("compute / one unbudgeted step (log)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.62 * inch, 1, 1))
+    fig.tight_layout(rect=(0, 0.62 * per_inch, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -202,7 +202,7 @@ def compare(before: str | Path, after: str | Path) -> int:
 
 
 def main(argv=None) -> int:
-    """``policy_report.py ROWS.csv``: print the table, redraw ROWS.png beside the file."""
+    """``policy_report.py ROWS.csv``: print both tables, redraw ROWS.png beside the file."""
     ap = argparse.ArgumentParser(
         description="Print a policy sweep's tables and redraw its plot (ROWS.png beside it)."
     )

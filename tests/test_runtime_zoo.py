@@ -1,12 +1,16 @@
-"""The model zoo under tritondtr: one training step at 100 %, 50 % and 30 % of the measured
-baseline peak gives a loss, gradients and updated parameters equal (torch.equal) to the same
-step without tritondtr."""
+"""The model zoo under tritondtr, and a U-Net beyond it: one training step at 100 %, 50 % and
+30 % of the measured baseline peak gives a loss, gradients and updated parameters equal
+(torch.equal) to the same step without tritondtr."""
 
 import pytest
 import torch
 from zoo import ZOO, make, train_step, unet_case
 
 import tritondtr.runtime as rt
+
+# the zoo, and a U-Net of the DTR authors' log's shape (batch norm, max-pool indices, bilinear
+# upsampling, pad, skip concatenation)
+CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -18,8 +22,7 @@ def one_thread():
 
 
 def run(name, budget=None, use_dtr=True):
-    """One step of zoo model ``name``, or of the case ``name()`` builds."""
-    case = make(name) if isinstance(name, str) else name()
+    case = CASES[name]()
     opt = torch.optim.Adam(case.model.parameters(), lr=1e-2)
     case.opt = opt
     if not use_dtr:
@@ -28,17 +31,6 @@ def run(name, budget=None, use_dtr=True):
         loss = train_step(case, opt)
         loss = rt.unwrap(loss.detach())
     return case, loss, session.stats
-
-
-def assert_same_step(case, loss, ref, ref_loss):
-    """Loss, gradients, updated parameters and buffers of two steps are equal."""
-    assert torch.equal(loss, ref_loss)
-    for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):
-        assert type(p.grad) is torch.Tensor, f"{n}: gradient is not a plain tensor"
-        assert torch.equal(p.grad, q.grad), f"{n}: gradient differs"
-        assert torch.equal(p.detach(), q.detach()), f"{n}: updated parameter differs"
-    for (n, b), (_, c) in zip(case.model.named_buffers(), ref.model.named_buffers()):
-        assert torch.equal(b, c), f"buffer {n} differs (batch norm stats updated twice?)"
 
 
 _REF: dict = {}
@@ -53,29 +45,24 @@ def reference(name):
 
 
 @pytest.mark.parametrize("frac", [1.0, 0.5, 0.3], ids=lambda f: f"{int(f * 100)}pct")
-@pytest.mark.parametrize("name", list(ZOO))
+@pytest.mark.parametrize("name", list(CASES))
 def test_zoo_step_equals_eager(name, frac):
     ref, ref_loss, peak = reference(name)
     budget = int(peak * frac)
     case, loss, stats = run(name, budget=budget)
-    assert_same_step(case, loss, ref, ref_loss)
+    assert torch.equal(loss, ref_loss)
+    for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):
+        assert type(p.grad) is torch.Tensor, f"{n}: gradient is not a plain tensor"
+        assert torch.equal(p.grad, q.grad), f"{n}: gradient differs"
+        assert torch.equal(p.detach(), q.detach()), f"{n}: updated parameter differs"
+    for (n, b), (_, c) in zip(case.model.named_buffers(), ref.model.named_buffers()):
+        assert torch.equal(b, c), f"buffer {n} differs (batch norm stats updated twice?)"
     for state in case.opt.state.values():
         for t in state.values():
             assert type(t) is torch.Tensor, "optimizer state must stay plain tensors"
     if frac < 1.0:
         assert stats.evictions > 0
     assert stats.peak_bytes <= budget + stats.max_op_out_bytes  # NOTE [ Budget accounting ]
-
-
-@pytest.mark.parametrize("frac", [0.5, 0.3], ids=lambda f: f"{int(f * 100)}pct")
-def test_unet_step_equals_eager(frac):
-    """Beyond the zoo: a U-Net of the DTR authors' log's shape (batch norm, max-pool indices,
-    bilinear upsampling, pad, skip concatenation) gives the same step as eager."""
-    ref, ref_loss, _ = run(unet_case, use_dtr=False)
-    peak = run(unet_case)[2].peak_bytes
-    case, loss, stats = run(unet_case, int(frac * peak))
-    assert stats.evictions > 0 and stats.rematerializations > 0
-    assert_same_step(case, loss, ref, ref_loss)
 
 
 def test_budget_none_measures_peak():

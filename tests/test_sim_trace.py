@@ -197,8 +197,10 @@ def test_every_instruction():
 
 
 def test_backward_mark_flags_what_follows():
-    """NOTE [ DTR log import ] rule 8: after ``ANNOTATE BACKWARD`` every output of a CALL or
-    MUTATE is a backward storage; nothing before it is, and a log without the mark has none."""
+    """NOTE [ DTR log import ] rule 8: after ``ANNOTATE BACKWARD`` every fresh output of a
+    CALL or MUTATE is a backward storage, views keep 0 (as the recorder leaves them); nothing
+    before it is, a log without the mark has none, and a mark before the last START is
+    dropped with its iteration."""
     bw = int(TensorFlag.BACKWARD)
     forward = [*CONST, *call("relu", ["w"], ["a"])]
     backward = [
@@ -208,8 +210,11 @@ def test_backward_mark_flags_what_follows():
     mark = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "BACKWARD"}
     t = read_dtr_log([json.dumps(r) for r in [*forward, mark, *backward]], "x.log")
     # w (constant), a (relu), g and its view v (threshold_backward), g's new version (add_)
-    assert t.flags.tolist() == [0, 0, bw, bw, bw]
+    assert t.flags.tolist() == [0, 0, bw, 0, bw]
     t = read_dtr_log([json.dumps(r) for r in [*forward, *backward]], "x.log")
+    assert not t.flags.any()
+    start = {"INSTRUCTION": "ANNOTATE", "ANNOTATION": "START"}
+    t = read_dtr_log([json.dumps(r) for r in [mark, start, *forward, *backward]], "x.log")
     assert not t.flags.any()
 
 

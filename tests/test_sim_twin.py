@@ -116,19 +116,6 @@ class _GRULoop(nn.Module):
         return self.out(h)
 
 
-class _UNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.mid = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True))
-        self.up = nn.Upsample(scale_factor=2)
-        self.out = nn.Conv2d(8 + 3, 3, 3, padding=1)
-
-    def forward(self, x):
-        y = self.up(self.mid(self.down(x)))
-        return self.out(torch.cat([y, x], dim=1))
-
-
 class _LSTMModule(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -150,9 +137,9 @@ def _arch_step(name: str):
             model, x = _GRULoop(), torch.randn(8, 20, 16)
             y = torch.randint(0, 4, (8,))
             loss = lambda: F.cross_entropy(model(x), y)
-        elif name == "unet":
-            model, x = _UNet(), torch.randn(2, 3, 16, 16)
-            loss = lambda: F.mse_loss(model(x), x)
+        elif name == "unet":  # the DTR authors' log's shape (tests/zoo.py)
+            case = zoo.unet_case()
+            model, loss = case.model, lambda: case.loss(case.model, case.inputs)
         else:
             model, x = _LSTMModule(), torch.randn(4, 10, 8)
             loss = lambda: model(x).square().mean()
@@ -171,10 +158,11 @@ def _arch_step(name: str):
 
 @pytest.mark.parametrize("name", ["transformer", "gru", "unet", "lstm_module"])
 def test_twin_is_exact_beyond_the_zoo(name):
-    # One op's working set alone (else a BudgetError): the UNet's convolution_backward 43 %
-    # of its peak, the LSTM's mkldnn_rnn_layer_backward 52 %. The GRU loop raises ThrashError
-    # at 30 % (the policy's, issue 11) and takes ~40 s under stress (like the zoo's LSTM).
-    fracs = {"unet": (0.8, 0.65, 0.5), "lstm_module": (0.8, 0.65, 0.55), "gru": (0.7, 0.5, 0.4)}
+    # One op's working set alone (else a BudgetError): the LSTM's mkldnn_rnn_layer_backward
+    # 52 % of its peak. The GRU loop raises ThrashError at 30 % (the policy's, issue 11) and
+    # takes ~40 s under stress (like the zoo's LSTM); the U-Net raises it at 20 %
+    # (docs/simulator.md, "Session 16").
+    fracs = {"lstm_module": (0.8, 0.65, 0.55), "gru": (0.7, 0.5, 0.4)}
     _check(_arch_step(name), fracs=fracs.get(name, (0.7, 0.5, 0.3)), stress=name != "gru")
 
 
@@ -212,7 +200,7 @@ def test_log_backward_storages_are_pinned():
     assert (trace.flags & int(TensorFlag.BACKWARD)).any()
     budget = int(0.3 * runtime_peak(trace))
     pinned = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
-    trace.flags[:] = 0
+    trace.flags &= ~int(TensorFlag.BACKWARD)
     candidates = simulate(trace, "dtr_eq", budget=budget, semantics="runtime")
     assert (pinned.status, pinned.evictions, pinned.remats) == ("ok", 95, 97)
     assert (candidates.status, candidates.evictions, candidates.remats) == ("ok", 564, 515)

@@ -194,8 +194,8 @@ def _double_conv(cin: int, cout: int) -> nn.Sequential:
 class UNet(nn.Module):
     """A U-Net of the DTR authors' log's shape (their ``unet.log``): two conv / batch norm /
     ReLU per block, four max-pool levels down, four bilinear upsamplings with pad and skip
-    concatenation up, 19 convolutions. [N, 3, H, W] -> [N, 1, H, W] logits, H and W multiples
-    of 16."""
+    concatenation up, 19 convolutions. [N, 3, H, W] -> [N, 1, H, W] logits, H and W at least
+    16 (an odd size on the way down is padded back on the way up)."""
 
     def __init__(self, width: int = 16) -> None:
         super().__init__()
@@ -221,10 +221,11 @@ class UNet(nn.Module):
         return self.out(x)
 
 
-def unet_case(width: int = 4, side: int = 32) -> Case:
+def unet_case(width: int = 4, side: int = 40) -> Case:
     """A :class:`UNet` of base ``width`` on a batch of 2 ``side`` x ``side`` images with
-    binary targets (binary cross-entropy with logits). Not in :data:`ZOO`: the runtime's
-    tests and the recorded steps (benchmarks/recorded.py) use it on its own."""
+    binary targets (binary cross-entropy with logits); 40 pads a 2 x 2 map back to 5 x 5.
+    Not in :data:`ZOO`: the runtime's tests and the recorded steps (benchmarks/recorded.py)
+    use it on its own."""
     torch.manual_seed(0)
     model = UNet(width)
     x = torch.randn(2, 3, side, side)

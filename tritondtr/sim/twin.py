@@ -19,9 +19,10 @@
 # 4. For a trace recorded by ``tritondtr.trace(budget=B, heuristic=H)``, a replay at B and H
 #    makes exactly the recorded run's evictions and rematerializations and reaches its peak
 #    (NOTE [ Recording a trace ] rule 8; tests/test_sim_twin.py). Other traces carry fewer
-#    annotations or none: the DTR authors' logs only the backward pass's storages, from
-#    their own mark (NOTE [ DTR log import ] rule 8 in traceformat/dtrlog.py), generated ones
-#    nothing; their storages are never pinned or forgotten (as in the paper's simulator).
+#    annotations or none: the DTR authors' logs flag the storages of their backward pass,
+#    from their own mark (NOTE [ DTR log import ] rule 8 in traceformat/dtrlog.py), and
+#    nothing else; generated ones nothing. Their storages are never flagged ``PINNED``
+#    (never_evict) and never forgotten, as in the paper's simulator.
 # 5. Accounting is the runtime's: the bytes of the tracked storages resident, constants
 #    excluded (NOTE [ Budget accounting ]), so a budget here is the number ``enable(budget=)``
 #    takes. The clock (``compute``) adds each op's cost once and each recomputation's again.

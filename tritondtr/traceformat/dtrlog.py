@@ -21,16 +21,17 @@ turns every instruction into trace events, reading it the way the paper's simula
 #    the order the names were first bound (the reference iterates its name table).
 # 7. ``TIME`` (ns) is the op cost; a numeric string or number, integer or not, is accepted.
 #    ``MEMORY`` and ``ALIAS`` are whole numbers (a string or a JSON integer, never truncated).
-# 8. ``ANNOTATE BACKWARD`` marks where the backward pass starts: the outputs of every CALL and
-#    MUTATE after it are flagged ``BACKWARD`` (NOTE [ Runtime annotations ] rule 1 in
-#    trace.py), what the runtime flags for the storages autograd's backward pass makes, so a
-#    replay in the runtime's semantics pins them as the runtime would (NOTE [ Backward
-#    storages ] in core/evict.py). The paper's semantics ignores flags: its replay, and the
-#    Figure 2 agreement, are unchanged. Why: without the flags the twin evicted the backward
-#    pass's own gradients as ordinary candidates, and the U-Net log at 30 % of its peak
-#    recomputed 206 % of its compute instead of 39 % (a U-Net recorded with
-#    ``tritondtr.trace``, flags stripped, did the same: 47.8 % -> 214 %); measured:
-#    docs/simulator.md, "Session 16".
+# 8. ``ANNOTATE BACKWARD`` marks where the backward pass starts: from the first mark after the
+#    last START to the end of the log (its one iteration), the fresh outputs of every CALL
+#    and MUTATE are flagged ``BACKWARD`` (NOTE [ Runtime annotations ] rule 1 in trace.py;
+#    views keep 0, as the recorder leaves them), what the runtime flags for the storages
+#    autograd's backward pass makes, so a replay in the runtime's semantics pins them as the
+#    runtime would (NOTE [ Backward storages ] in core/evict.py). The paper's semantics
+#    ignores flags: its replay, and the Figure 2 agreement, are unchanged. Why: without the
+#    flags the twin evicted the backward pass's own gradients as ordinary candidates and
+#    recomputed parts of the backward pass again and again (the U-Net log at 30 % of its
+#    peak; a U-Net recorded with ``tritondtr.trace`` did the same with its flags stripped);
+#    measured: docs/simulator.md, "Session 16".
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
                 aliases.append(alias)
             if not results:
                 raise lines_.error(n, f"CALL {op} has no RESULT")
-            outs = b.call(op, args, sizes, cost, aliases, flags=_flags(backward, sizes))
+            outs = b.call(op, args, sizes, cost, aliases, flags=_flags(backward, aliases))
             for r, t in zip(results, outs):
                 names[r] = t
         elif ins == "MUTATE":
@@ -232,7 +233,7 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
                 )
             cost = _number(lines_, n, rec, "TIME", integer=False)
             sizes = [b.storage_size(args[i]) for i in mutated]
-            outs = b.call(op, args, sizes, cost, flags=_flags(backward, sizes))
+            outs = b.call(op, args, sizes, cost, flags=_flags(backward, [-1] * len(sizes)))
             for i, new in zip(mutated, outs):
                 old = names[arg_names[i]]
                 names[arg_names[i]] = new
@@ -268,9 +269,12 @@ def read_dtr_log(lines: Iterable[str], source: str = "<log>") -> Trace:
     return b.build(outputs="none").validate()
 
 
-def _flags(backward: bool, sizes: list) -> list[int] | None:
-    """Rule 8: the outputs' flags, None (all 0) before the backward pass."""
-    return [int(TensorFlag.BACKWARD)] * len(sizes) if backward else None
+def _flags(backward: bool, aliases: list[int]) -> list[int] | None:
+    """Rule 8: the flags of outputs with these aliases (-1: a fresh storage), None (all 0)
+    before the backward pass."""
+    if not backward:
+        return None
+    return [int(TensorFlag.BACKWARD) if a < 0 else 0 for a in aliases]
 
 
 def _release(lines: _Lines, n: int, b: TraceBuilder, t: int, name: str) -> None:
