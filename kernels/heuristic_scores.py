@@ -7,6 +7,7 @@ bit for bit; this module only imports torch and triton.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -236,15 +237,17 @@ def score(
         return out
     block = _block(n, out.device)
     grid = (triton.cdiv(n, block),)
-    _score_kernel[grid](
-        *cols,
-        out,
-        n,
-        now,
-        rand_base,
-        HEURISTIC=HEURISTIC_IDS[name],
-        BLOCK=block,
-        num_warps=4,
-        enable_fp_fusion=False,
-    )
+    guard = torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext()
+    with guard:  # the launch goes to the tensors' device (and its stream)
+        _score_kernel[grid](
+            *cols,
+            out,
+            n,
+            now,
+            rand_base,
+            HEURISTIC=HEURISTIC_IDS[name],
+            BLOCK=block,
+            num_warps=4,
+            enable_fp_fusion=False,
+        )
     return out

@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -282,6 +283,11 @@ def _counter(device: torch.device) -> torch.Tensor:
     return counter
 
 
+def _guard(device: torch.device):
+    """The device guard of ``device`` for a launch (a no-op off CUDA)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 @functools.cache
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -341,24 +347,25 @@ def select(
     part_idx = torch.empty(p * k_pad, dtype=torch.int64, device=device)
     counter = _counter(device)
     try:
-        _select_kernel[(p,)](
-            *cols,
-            part_key,
-            part_idx,
-            counter,
-            out,
-            n,
-            k,
-            now,
-            rand_base,
-            HEURISTIC=HEURISTIC_IDS[name],
-            KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
-            SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
-            K=k_pad,
-            BLOCK=block,
-            num_warps=4 if k_pad <= 16 else 8,
-            enable_fp_fusion=False,
-        )
+        with _guard(device):  # the launch goes to the tensors' device (and its stream)
+            _select_kernel[(p,)](
+                *cols,
+                part_key,
+                part_idx,
+                counter,
+                out,
+                n,
+                k,
+                now,
+                rand_base,
+                HEURISTIC=HEURISTIC_IDS[name],
+                KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
+                SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
+                K=k_pad,
+                BLOCK=block,
+                num_warps=4 if k_pad <= 16 else 8,
+                enable_fp_fusion=False,
+            )
     except BaseException:
         counter.zero_()  # a failed launch must not leave a stale ticket behind
         raise

@@ -295,7 +295,7 @@ def test_table_triton_backend_equals_torch(h):
 # ------------------------------------------------------------------------ import direction
 @pytest.mark.parametrize("path", sorted((ROOT / "kernels").glob("*.py")), ids=lambda p: p.name)
 def test_kernels_import_only_torch_and_triton(path):
-    allowed = {"__future__", "functools", "os", "torch", "triton"}
+    allowed = {"__future__", "contextlib", "functools", "os", "torch", "triton"}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import warnings
 
 import torch
 
@@ -33,6 +34,16 @@ def triton_available() -> bool:
     return True
 
 
+@functools.cache
+def _warn_fallback() -> None:
+    """Once per process: a CUDA table scores with the torch twin (same victims, slower)."""
+    warnings.warn(
+        "tritondtr: the Triton kernels cannot be imported (is triton installed?); CUDA tables "
+        "score with the torch twins (the same victims, slower). stats.backend says which ran.",
+        stacklevel=3,
+    )
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -49,8 +60,10 @@ def resolve_backend(
         ) from None
     custom = isinstance(heuristic, CustomHeuristic)
     if backend is Backend.AUTO:
-        if device.type == "cuda" and not custom and triton_available():
-            return Backend.TRITON
+        if device.type == "cuda" and not custom:
+            if triton_available():
+                return Backend.TRITON
+            _warn_fallback()
         return Backend.TORCH
     if backend is Backend.TRITON:
         if custom:
@@ -63,7 +76,8 @@ def resolve_backend(
         if device.type != "cuda" and not _interpreting():
             raise ValueError(
                 f"backend='triton' on a {device.type} table needs TRITON_INTERPRET=1 set before "
-                "tritondtr.kernels is imported; use backend='torch' or 'auto' on CPU"
+                "tritondtr.kernels is imported; use backend='torch' or 'auto' on CPU (a "
+                "session's table is on the host unless enable(table='device'))"
             )
     return backend
 
@@ -103,9 +117,12 @@ def select(
     backend: Backend | str = Backend.AUTO,
     seed: int = 0,
     clock_bounds: tuple[int, int] | None = None,
+    host: bool = True,
 ) -> torch.Tensor:
     """Victim slots of ``cols``, [min(k, #candidates)] int64 on the host, best first;
-    ``evictable_size`` and ``clock_bounds`` as for :func:`score`."""
+    ``evictable_size`` and ``clock_bounds`` as for :func:`score`. ``host=False``: on the
+    columns' device, unread, [k] padded with -1 past the candidates (the caller reads it:
+    NOTE [ Private stream ] in table.py)."""
     h = get_heuristic(heuristic)
     now = _check_now(now)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -113,10 +130,13 @@ def select(
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
         evs = cols.get("evictable_size")
-        return select_torch(h, *_args(cols), now, k, seed, evs, clock_bounds).cpu()
+        ids = select_torch(h, *_args(cols), now, k, seed, evs, clock_bounds)
+        return ids.cpu() if host else ids
     from . import kernels
 
     ids = kernels.select(h.value, *_args(cols), now=now, rand_base=random_base(seed, now), k=k)
+    if not host:
+        return ids
     ids = ids.cpu()  # the one device-to-host read of a decision
     return ids[ids >= 0]
 

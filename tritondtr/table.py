@@ -40,6 +40,24 @@ _NAN = np.float32(np.nan)
 # 5. Device bytes per slot: cost 4 + size 8 + last_access 8 + nbhd_cost 4 + state 1, plus the
 #    derived evictable_size 4 (NOTE [ Evictable size ]) = 29.
 
+# NOTE [ Private stream ]
+# 1. A CUDA table does all its device work (full copies, flushes, scorings, selections) on a
+#    stream of its own, made with the table, under the device guard of its device. Nothing of
+#    it waits for the kernels the program queued on its streams, nor delays them.
+# 2. Its columns are allocated while that stream is current, so the caching allocator hands
+#    their blocks out again only after the stream's work that used them.
+# 3. A selection copies its victims into a pinned host buffer the table keeps (grown by
+#    doubling) and then waits for the private stream alone: one device synchronization per
+#    selection, counted in ``device_syncs`` (NOTE [ Decisions on the host ] rule 2 in
+#    core/core.py).
+# 4. A flush packs the dirty rows into a pinned staging buffer the table keeps (no pinned
+#    allocation per flush); the host writes it again only after the copy from it has
+#    completed (an event recorded after the copy).
+# 5. What the table hands the caller on the device (``columns``, ``score``) is made safe on
+#    the caller's current stream: that stream waits for the private one (on the device, the
+#    host does not block), and a tensor made on the private stream is recorded as used by the
+#    caller's stream, so its memory is not reused under it.
+
 # NOTE [ Evictable size ]
 # 1. ``evictable_size`` is derived, never written by a caller: float32(size) where state is
 #    RESIDENT_EVICTABLE, NaN everywhere else (free slots included), the int64 -> float32
@@ -114,6 +132,12 @@ class MetadataTable:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self._zero_copy = self.device.type == "cpu"
+        # rules of NOTE [ Private stream ]
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._staging: torch.Tensor | None = None  # pinned [n, 6] int64 (rule 4)
+        self._staged: torch.cuda.Event | None = None  # the last copy from it
+        self._victims: torch.Tensor | None = None  # pinned int64 (rule 3)
+        self.device_syncs = 0
         self.capacity = 0
         self._free: list[int] = []
         self._dirty: list[int] = []
@@ -152,7 +176,18 @@ class MetadataTable:
             cap *= 2
         self._alloc_host(cap)
 
+    def _on_stream(self):
+        """The context of the table's device work (NOTE [ Private stream ] rule 1)."""
+        return _PrivateStream(self)
+
     def _sync_device_full(self) -> None:
+        if self._stream is not None:
+            with self._on_stream():
+                self._sync_device_full_here()
+            return
+        self._sync_device_full_here()
+
+    def _sync_device_full_here(self) -> None:
         for name in self.COLUMNS + self.DERIVED:
             host = torch.from_numpy(getattr(self, "host_" + name))
             self._dev[name] = host if self._zero_copy else host.to(self.device)
@@ -329,7 +364,18 @@ class MetadataTable:
             return
         idx = np.unique(np.asarray(self._dirty, dtype=np.int64))
         self._dirty.clear()
-        packed = np.empty((idx.size, 6), dtype=np.int64)
+        with self._on_stream():
+            self._flush_rows(idx)
+
+    def _flush_rows(self, idx: np.ndarray) -> None:
+        """NOTE [ Host staging ] rule 2, on the private stream (NOTE [ Private stream ] 4)."""
+        if self._staged is not None:
+            self._staged.synchronize()  # the last copy from the staging buffer is done
+        if self._staging is None or self._staging.shape[0] < idx.size:
+            rows = max(idx.size, 2 * (0 if self._staging is None else self._staging.shape[0]))
+            self._staging = torch.empty((rows, 6), dtype=torch.int64, pin_memory=True)
+        staging = self._staging[: idx.size]
+        packed = staging.numpy()
         packed[:, 0] = idx
         packed[:, 1] = self.host_size[idx]
         packed[:, 2] = self.host_last_access[idx]
@@ -339,7 +385,9 @@ class MetadataTable:
         floats[:, 2] = self.host_evictable_size[idx]
         packed[:, 3:5] = floats.view(np.int64)
         packed[:, 5] = self.host_state[idx]
-        dev = torch.from_numpy(packed).pin_memory().to(self.device, non_blocking=True)
+        dev = staging.to(self.device, non_blocking=True)
+        self._staged = torch.cuda.Event()
+        self._staged.record()
         didx = dev[:, 0]
         f = dev[:, 3:5].contiguous().view(torch.float32)  # [n, 4]
         self._dev["size"].index_copy_(0, didx, dev[:, 1])
@@ -351,8 +399,10 @@ class MetadataTable:
 
     def columns(self) -> dict[str, torch.Tensor]:
         """The device columns after a flush, the derived one included: name -> [capacity]
-        tensor on ``device``."""
+        tensor on ``device``, usable on the caller's current stream (NOTE [ Private stream ] 5)."""
         self.flush()
+        if self._stream is not None:
+            _handed_over(self._stream, self._dev.values())
         return dict(self._dev)
 
     def score(
@@ -366,14 +416,26 @@ class MetadataTable:
         """Scores of every slot, [capacity] on ``device`` (lowest is evicted first); the dtype
         is ``heuristic.score_dtype``. Non-candidates score +inf (or int64 max)."""
         self.flush()
-        return policy.score(
-            heuristic,
-            self._dev,
-            now,
-            backend=backend,
-            seed=seed,
-            clock_bounds=(self._clock_lo, self._clock_hi),
-        )
+        if self._stream is None:
+            return policy.score(
+                heuristic,
+                self._dev,
+                now,
+                backend=backend,
+                seed=seed,
+                clock_bounds=(self._clock_lo, self._clock_hi),
+            )
+        with self._on_stream():
+            scores = policy.score(
+                heuristic,
+                self._dev,
+                now,
+                backend=backend,
+                seed=seed,
+                clock_bounds=(self._clock_lo, self._clock_hi),
+            )
+        _handed_over(self._stream, [scores])
+        return scores
 
     def select(
         self,
@@ -386,9 +448,31 @@ class MetadataTable:
     ) -> torch.Tensor:
         """The ``min(k, #candidates)`` victim slots, [k'] int64 on the host, best first.
 
-        One device-to-host read. Ties go to the lowest slot id; see NOTE [ Scoring rules ].
+        One device-to-host read, on a CUDA table a wait for the table's own stream only (NOTE
+        [ Private stream ] rule 3). Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
+        if self._stream is not None:
+            with self._on_stream():
+                ids = policy.select(
+                    heuristic,
+                    self._dev,
+                    now,
+                    k=k,
+                    backend=backend,
+                    seed=seed,
+                    clock_bounds=(self._clock_lo, self._clock_hi),
+                    host=False,
+                )
+                n = ids.numel()
+                if self._victims is None or self._victims.numel() < n:
+                    self._victims = torch.empty(max(n, 64), dtype=torch.int64, pin_memory=True)
+                out = self._victims[:n]
+                out.copy_(ids, non_blocking=True)
+                self._stream.synchronize()
+            self.device_syncs += 1
+            out = out.clone()
+            return out[out >= 0]
         return policy.select(
             heuristic,
             self._dev,
@@ -437,3 +521,34 @@ def _host(values, dtype) -> np.ndarray:
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
     return np.asarray(values, dtype=dtype)
+
+
+class _PrivateStream:
+    """``with``: the table's device guard and private stream current (NOTE [ Private stream ])."""
+
+    __slots__ = ("_guard", "_stream")
+
+    def __init__(self, table: MetadataTable) -> None:
+        self._guard = torch.cuda.device(table.device)
+        self._stream = torch.cuda.stream(table._stream)
+
+    def __enter__(self) -> None:
+        self._guard.__enter__()
+        self._stream.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._stream.__exit__(*exc)
+        finally:
+            self._guard.__exit__(*exc)
+
+
+def _handed_over(stream: torch.cuda.Stream, tensors) -> None:
+    """NOTE [ Private stream ] rule 5: the caller's stream waits for ``stream`` and is recorded
+    as a user of ``tensors``."""
+    caller = torch.cuda.current_stream(stream.device)
+    if caller == stream:
+        return
+    caller.wait_stream(stream)
+    for t in tensors:
+        t.record_stream(caller)

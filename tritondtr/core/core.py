@@ -48,6 +48,27 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    creation order, and storages forgotten before the sync never enter.
 
 
+# NOTE [ Decisions on the host ]
+# 1. The engine's metadata table lives where the core is told (``table_device``), not
+#    necessarily beside the storages. The runtime keeps it on the host by default (``enable(
+#    table="host")``), whatever the storages' device: a decision is then numpy work on host
+#    arrays (the bounded choice, NOTE [ Bounded choice ] in bounded.py) and never waits for
+#    the device.
+# 2. Why: on a CUDA table every decision flushes the staged rows and runs the selection on
+#    the device, then reads the victims back; read on the compute stream, that read waits
+#    behind every kernel the model has queued, so a decision costs the backlog (milliseconds
+#    in a training step), and the runtime's tables are small (thousands of live storages a
+#    step), where a host decision takes tens of microseconds. A table on the session's device
+#    (``table="device"``) runs its flushes and selections on a private stream with a
+#    persistent pinned buffer for the victims (NOTE [ Private stream ] in table.py): it
+#    waits only for its own work, once per selection, counted as a device synchronization
+#    (``stats.device_syncs``; 0 on the host). Where the line between the two lies was
+#    measured by ``benchmarks/gpu_check.py`` (docs/benchmarks.md, GPU check).
+# 3. The simulator's twin passes its own table device (``--device``) and so still uses the
+#    device-resident table and kernels at millions of tensors; decisions are the same either
+#    way (the torch twin and the kernels choose the same victims: tests/test_engine.py).
+
+
 # NOTE [ Deferred locks ]
 # 1. An op's tracked inputs must stay resident until it ran (NOTE [ Budget accounting ] rule
 #    2). Only an eviction can take them, and evictions happen at a few places only: the
@@ -206,6 +227,8 @@ class Core(Evictor, Rematerializer, Anchors):
         pin_backward: NOTE [ Backward storages ].
         stats: where the counters go (a :class:`CoreStats` or a subclass).
         reuse: the engine's NOTE [ Stale batched choice ] (0: exact victims).
+        table_device: where the engine's table lives (NOTE [ Decisions on the host ]); None:
+            beside the storages.
     """
 
     def __init__(
@@ -219,8 +242,10 @@ class Core(Evictor, Rematerializer, Anchors):
         pin_backward: bool = True,
         stats: CoreStats | None = None,
         reuse: int = 0,
+        table_device: torch.device | str | None = None,
     ) -> None:
         self.budget = budget
+        self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
         self.heuristic = heuristic
         self.backend = backend
@@ -283,8 +308,13 @@ class Core(Evictor, Rematerializer, Anchors):
         self.device = device
         if not self.lazy:
             self.engine = Engine(
-                self.heuristic, device=device, backend=self.backend, reuse=self.reuse
+                self.heuristic,
+                device=self.table_device or device,
+                backend=self.backend,
+                reuse=self.reuse,
             )
+            eng = self.engine
+            self.stats.backend = f"{eng.backend.value} on {eng.table.device}"
 
     def new(
         self,

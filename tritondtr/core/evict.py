@@ -163,7 +163,9 @@ class Evictor:
                 v = self._choose(first)
         else:
             v = self._choose(first)
-        self.stats.select_s += time.perf_counter() - t0
+        st = self.stats
+        st.select_s += time.perf_counter() - t0
+        st.device_syncs = self.engine.table.device_syncs  # NOTE [ Decisions on the host ]
         if v is None:
             if not self._unpin_backward():
                 return False

@@ -26,6 +26,10 @@ class CoreStats:
             Iterative rematerialization ] rule 5 in core/remat.py).
         max_op_out_bytes: the most bytes one op (or one recomputation) added at once; the
             peak never exceeds ``budget + max_op_out_bytes`` (NOTE [ Budget accounting ]).
+        device_syncs: times a decision waited for the device (a selection on a device table
+            reading its victims back: NOTE [ Decisions on the host ]); 0 on a host table.
+        backend: where decisions were made, ``"<backend> on <table device>"`` (``"torch on
+            cpu"``: the host path), once the engine exists; ``""`` before.
     """
 
     evictions: int = 0
@@ -38,3 +42,5 @@ class CoreStats:
     budget_errors: int = 0
     relaxations: int = 0
     max_op_out_bytes: int = 0
+    device_syncs: int = 0
+    backend: str = ""

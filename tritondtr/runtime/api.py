@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
+
 from ..heuristics import CustomHeuristic, Heuristic
 from ..policy import Backend
-from .config import NeverEvict, RuntimeConfig
+from .config import NeverEvict, RuntimeConfig, TablePlace
 from .cost import CostFn, CostModel
 from .dynamo import opaque
 from .session import Session
@@ -23,6 +25,8 @@ def enable(
     never_evict: NeverEvict | None = None,
     pin_backward: bool = True,
     cost: CostModel | CostFn | str = "measured",
+    device: torch.device | str | None = None,
+    table: TablePlace | str = "host",
 ) -> Session:
     """Run eager PyTorch code under a byte budget, recomputing what was evicted.
 
@@ -35,8 +39,10 @@ def enable(
     step, or exit the outer session first (NOTE [ Nested sessions ] in session.py).
 
     Args:
-        budget: bytes (int) or a string with a unit (``"512MiB"``, ``"1.5GB"``); ``None``
-            tracks without evicting and so measures the baseline peak in the same accounting.
+        budget: bytes (int) or a string with a unit (``"512MiB"``, ``"1.5GB"``);
+            ``"auto"`` (90 % of the device memory free at entry) or a share such as ``"80%"``
+            (NOTE [ Memory share budgets ] in runtime/device.py); ``None`` tracks without
+            evicting and so measures the baseline peak in the same accounting.
         heuristic: eviction heuristic (``dtr_eq``, ``dtr``, ``dtr_local``, ``msps``, ``lru``,
             ``size``, ``random``, or a registered user heuristic).
         backend: scoring backend: ``auto``, ``triton`` or ``torch``.
@@ -50,6 +56,12 @@ def enable(
             machine; :class:`~tritondtr.runtime.AnalyticCost` for other constants), or a
             callable ``fn(op, args, kwargs, out) -> float``, ns, finite and > 0, called once
             per op on plain tensors.
+        device: the device whose outputs are tracked (``"cuda"``, ``"cuda:1"``, ``"cpu"``);
+            None: the first CUDA output's when CUDA is available, else the first output's
+            (NOTE [ Session device ] in runtime/device.py). Outputs elsewhere stay plain.
+        table: where the eviction metadata lives: ``"host"`` (default: decisions never wait
+            for the device) or ``"device"`` (the Triton selection on a private stream; NOTE
+            [ Decisions on the host ] in core/core.py).
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
@@ -65,5 +77,7 @@ def enable(
         never_evict=never_evict,
         pin_backward=pin_backward,
         cost=cost,
+        device=device,
+        table=table,
     )
     return Session(config)

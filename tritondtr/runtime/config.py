@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
@@ -11,12 +12,22 @@ from ..heuristics import CustomHeuristic, Heuristic, get_heuristic
 from ..policy import Backend
 from ..units import parse_bytes
 from .cost import CostFn, CostModel
+from .device import MemoryShare, parse_device, parse_share
 
-__all__ = ["NeverEvict", "RuntimeConfig"]
+__all__ = ["NeverEvict", "RuntimeConfig", "TablePlace"]
 
 NeverEvict = Callable[[str, torch.Tensor], bool]
 """``fn(op_name, output) -> bool``: True pins the output's storage (never evicted).
 ``op_name`` is like ``"aten.mm.default"``, ``output`` the plain tensor just computed."""
+
+
+class TablePlace(str, Enum):
+    """Where a session's metadata table lives (NOTE [ Decisions on the host ] in core/core.py):
+    ``host`` (numpy arrays; the bounded choice), ``device`` (the session's device: the Triton
+    selection on a private stream)."""
+
+    HOST = "host"
+    DEVICE = "device"
 
 
 @dataclass(frozen=True)
@@ -24,8 +35,11 @@ class RuntimeConfig:
     """Options of :func:`tritondtr.enable`.
 
     Args:
-        budget: bytes (int), a string with a unit (``"512MiB"``, ``"1.5GB"``), or None: track
-            without evicting (measures the baseline peak in the same accounting).
+        budget: bytes (int), a string with a unit (``"512MiB"``, ``"1.5GB"``), a share of the
+            device memory free at entry (``"auto"``: 90 %, or ``"80%"``; a
+            :class:`~tritondtr.runtime.device.MemoryShare` after validation, resolved at
+            entry: NOTE [ Memory share budgets ] in device.py), or None: track without
+            evicting (measures the baseline peak in the same accounting).
         heuristic: eviction heuristic name (see :func:`tritondtr.heuristic_names`).
         backend: scoring backend, ``auto`` / ``triton`` / ``torch``.
         stress: evict everything evictable after every op (testing); takes no budget.
@@ -37,6 +51,9 @@ class RuntimeConfig:
             wall time), ``"analytic"`` (FLOPs and bytes on a nominal machine, the same
             everywhere), or a callable ``fn(op, args, kwargs, out) -> float`` in ns;
             normalized to a :class:`CostModel` or the callable.
+        device: the device whose outputs are tracked (NOTE [ Session device ] in device.py);
+            None: the first CUDA output's when CUDA is available, else the first output's.
+        table: where the metadata table lives, ``host`` or ``device`` (:class:`TablePlace`).
     """
 
     budget: int | None = None
@@ -47,14 +64,30 @@ class RuntimeConfig:
     never_evict: NeverEvict | None = None
     pin_backward: bool = True
     cost: CostModel | CostFn | str = "measured"
+    device: torch.device | str | None = None
+    table: TablePlace | str = "host"
 
     def __post_init__(self) -> None:
-        if self.budget is not None:
+        share = parse_share(self.budget) if isinstance(self.budget, str) else None
+        if share is not None:
+            object.__setattr__(self, "budget", share)
+        elif self.budget is not None and not isinstance(self.budget, MemoryShare):
             try:
                 b = parse_bytes(self.budget)
             except ValueError as e:
-                raise ValueError(f"budget: {e}; or None to track without evicting") from None
+                raise ValueError(
+                    f"budget: {e}; or 'auto' / 'P%' (a share of the free device memory), or "
+                    "None to track without evicting"
+                ) from None
             object.__setattr__(self, "budget", b)
+        object.__setattr__(self, "device", parse_device(self.device))
+        try:
+            object.__setattr__(self, "table", TablePlace(self.table))
+        except ValueError:
+            raise ValueError(
+                f"unknown table place {self.table!r}; expected one of "
+                f"{[t.value for t in TablePlace]}"
+            ) from None
         object.__setattr__(self, "heuristic", get_heuristic(self.heuristic))
         try:
             object.__setattr__(self, "backend", Backend(self.backend))

@@ -77,12 +77,12 @@ def outputs(
                 else:
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
-            if _trackable(o, core) and not session.leaf_grad(o):
+            if _trackable(o, session, info) and not session.leaf_grad(o):
                 rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                 res[r] = fresh(session, o, rec, r, -1, parents, cost)
         else:
             for j, e in enumerate(o):
-                if _trackable(e, core) and not session.leaf_grad(e):
+                if _trackable(e, session, info) and not session.leaf_grad(e):
                     rec = rec or Recipe(info, pargs, pkw, inputs, rng)
                     o[j] = fresh(session, e, rec, r, j, parents, cost)
     if wrote:  # NOTE [ In-place versions ] rule 1
@@ -217,9 +217,8 @@ def forget(pargs, pkw, e) -> None:
         where[pos][j] = None
 
 
-def _trackable(o, core) -> bool:
+def _trackable(o, session, info) -> bool:
     if o is None or o.layout is not torch.strided or o.is_nested:  # NOTE [ What is tracked ] 3
         return False
-    if core.device is None:
-        return o.device.type != "meta"
-    return o.device == core.device
+    # NOTE [ Session device ] in device.py
+    return o.device == session.core.device or session._other_device(o, info)

@@ -7,8 +7,9 @@
 #    counted, and the ``_version`` each recipe read is checked before a recomputation.
 # 2. With grad mode off, an op is tracked only if it reads a wrapper. Optimizer steps (which
 #    run under no_grad on parameters, plain gradients and state) therefore stay plain.
-# 3. Outputs on another device than the first tracked one, or not strided, stay plain; so do
-#    nested tensors (``torch.nested``: strided layout, but no sizes to wrap).
+# 3. Outputs on another device than the session's (NOTE [ Session device ] in device.py), or
+#    not strided, stay plain; so do nested tensors (``torch.nested``: strided layout, but no
+#    sizes to wrap).
 # 4. A plain leaf that requires grad (a parameter) gets a post-accumulate-grad hook for the
 #    session's lifetime: a wrapper gradient is replaced by a plain tensor (handed out, see
 #    ``value``), so parameters, gradients and optimizer state stay plain tensors. The leaf
@@ -90,6 +91,8 @@ from torch.utils._python_dispatch import (
 from ..core import BudgetError, Core
 from ..residency import EVICTED, FREE
 from . import boundary, plaindata
+from . import device as devices
+from .config import TablePlace
 from .cost import price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
@@ -165,15 +168,20 @@ class Session:
         self.config = config
         self.stats = SessionStats()
         self.stats._config = config  # SessionStats.budget reads it
+        share = isinstance(config.budget, devices.MemoryShare)
         self.core = Core(
-            config.budget,
+            0 if share else config.budget,  # a share is resolved at entry
             config.heuristic,
             weakref.proxy(self),  # NOTE [ Session lifetime ]
             backend=config.backend,
             stress=config.stress,
             pin_backward=config.pin_backward,
             stats=self.stats,
+            table_device="cpu" if config.table is TablePlace.HOST else None,
         )
+        self._cuda = torch.cuda.is_available()  # NOTE [ Session device ] rule 2
+        self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
+        self._peak_device: torch.device | None = None  # NOTE [ Device peak ]
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
         self.released: list[int] = []  # rule 3: sids
@@ -207,6 +215,7 @@ class Session:
                     "around the whole step (forward, backward, optimizer step), or exit the "
                     "outer session before entering this one."
                 )
+        self._start_device()
         self._mode = _Mode(self)
         self._mode.__enter__()
         self.active = True
@@ -226,7 +235,37 @@ class Session:
                 self._close()
         return False
 
+    def _start_device(self) -> None:
+        """At entry: the named device (NOTE [ Session device ] rule 1), a budget share (NOTE
+        [ Memory share budgets ]) and the device peak's reset (NOTE [ Device peak ])."""
+        config, core = self.config, self.core
+        dev = devices.concrete(config.device) if config.device is not None else None
+        if dev is not None:
+            core.start(dev)
+        where = dev or devices.default_device()
+        if isinstance(config.budget, devices.MemoryShare):
+            core.budget = config.budget.resolve(where)
+        self.stats._budget = core.budget
+        if where.type == "cuda":
+            devices.reset_peak(where)
+            self._peak_device = where
+            self.stats._peak_device = where
+
+    def _other_device(self, out: torch.Tensor, info) -> bool:
+        """Whether ``out``, not on the session's device, fixes it now (NOTE [ Session device ]
+        rule 2); otherwise it stays plain, with rule 3's warning once."""
+        dev = out.device
+        if self.core.device is None and devices.tracks(None, self._cuda, dev):
+            return True
+        if not self._warned_device and dev.type != "meta":
+            self._warned_device = True
+            devices.warn_other_device(info.name, dev, self.core.device)
+        return False
+
     def _close(self) -> None:
+        if self._peak_device is not None:  # NOTE [ Device peak ]: read once, at exit
+            self.stats._device_peak = devices.device_peak(self._peak_device)
+            self.stats._peak_device = None
         plaindata.uninstall()
         self.active, self.closed = False, True
         leaves = [ref() for ref, _ in self._hooks.values()]
@@ -389,11 +428,7 @@ class Session:
                     out is not None
                     and out.layout is _STRIDED
                     and not out.is_nested  # NOTE [ What is tracked ] rule 3
-                    and (
-                        out.device == core.device
-                        if core.device is not None
-                        else out.device.type != "meta"
-                    )
+                    and (out.device == core.device or self._other_device(out, info))
                     and (_in_backward() < 0 or not self.leaf_grad(out))
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
