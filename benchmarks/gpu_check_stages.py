@@ -1,0 +1,487 @@
+"""The stages of ``gpu_check.py`` (NOTE [ GPU check ] there), in order of value.
+
+Each stage is ``fn(ctx)``: it records checks (``ctx.check``), figures (``ctx.figure``) and rows
+(``ctx.row``), raises ``Skip`` when it cannot run here. ``ctx.tiny``: CPU, toy sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from gpu_check import CheckFailed
+
+import tritondtr
+from tritondtr.engine import Engine
+from tritondtr.units import format_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------ helpers
+def _sync(ctx) -> None:
+    if ctx.cuda:
+        torch.cuda.synchronize()
+
+
+def _timed(ctx, fn, repeats: int) -> list[float]:
+    """Seconds of ``fn()`` per call, ``repeats`` samples after one untimed call."""
+    fn()
+    out = []
+    for _ in range(repeats):
+        _sync(ctx)
+        t0 = time.perf_counter()
+        fn()
+        _sync(ctx)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+@contextlib.contextmanager
+def _deterministic(on: bool):
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def _gpt2(ctx, *, layers, width, heads, vocab, positions, dropout, attn="eager"):
+    from recorded import hf_model
+
+    model = hf_model(
+        "gpt2",
+        layers=layers,
+        width=width,
+        heads=heads,
+        vocab=vocab,
+        positions=positions,
+        dropout=dropout,
+    )
+    model.config._attn_implementation = attn
+    return model.to(ctx.device)
+
+
+def _gpt2_size(ctx) -> dict:
+    """GPT-2 small on a GPU (12 x 768, 50257 tokens, 1024 positions); a toy on the CPU."""
+    if ctx.tiny:
+        return dict(layers=2, width=64, heads=4, vocab=512, positions=64)
+    return dict(layers=12, width=768, heads=12, vocab=50257, positions=1024)
+
+
+class Trainer:
+    """``steps`` AdamW steps of a freshly built model from seed 0; the data from seed 1."""
+
+    def __init__(self, ctx, build, batch: int, seq: int, vocab: int) -> None:
+        self.ctx, self.build = ctx, build
+        g = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, vocab, (batch, seq), generator=g).to(ctx.device)
+
+    def run(self, steps: int, session=None, model=None):
+        """Losses, final parameters and gradients of ``steps`` steps (under ``session()``,
+        a factory of context managers, when given), and the sessions' stats."""
+        model = model if model is not None else self.build()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses, stats = [], []
+        for i in range(steps):
+            torch.manual_seed(100 + i)
+            opt.zero_grad(set_to_none=True)
+            cm = session() if session is not None else contextlib.nullcontext()
+            with cm as s:
+                loss = model(input_ids=self.ids, labels=self.ids, use_cache=False).loss
+                loss.backward()
+                opt.step()
+            if s is not None:
+                stats.append(s.stats)
+            losses.append(loss.detach().clone())
+        params = [p.detach().clone() for p in model.parameters()]
+        grads = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+        return losses, params, grads, stats
+
+
+def _equal(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# -------------------------------------------------------------------------------- env
+def stage_env(ctx) -> None:
+    """Versions, and the backend a CUDA table must use: the compiled Triton kernels."""
+    from tritondtr.env import report
+
+    for k, v in report().items():
+        ctx.figure(k, v)
+    eng = Engine("dtr_eq", device=ctx.device)
+    want = "triton" if ctx.cuda else "torch"
+    ctx.check("backend of a table on the device", eng.backend.value == want, eng.backend.value)
+    for i in range(100):
+        eng.new(float(100 + i), 1 << (i % 20), i)
+    v = eng.select(200, 4)
+    ref = Engine("dtr_eq", device="cpu", backend="torch")
+    for i in range(100):
+        ref.new(float(100 + i), 1 << (i % 20), i)
+    ctx.check("victims of the device table equal the host twin's", v == ref.select(200, 4), str(v))
+
+
+# -------------------------------------------------------------------------- gpu tests
+def stage_gpu_tests(ctx) -> None:
+    """The ``gpu`` tests with compiled kernels (``TRITON_INTERPRET=0``); collected only with
+    ``--tiny`` (they need CUDA)."""
+    import os
+
+    env = dict(os.environ, TRITON_INTERPRET="0" if ctx.cuda else "1")
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"]
+    if not ctx.cuda:
+        cmd.append("--collect-only")
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    (ctx.out / "gpu_tests.txt").write_text(p.stdout + p.stderr)
+    tail = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
+    ctx.figure("pytest -m gpu", tail)
+    ctx.check("pytest -m gpu", p.returncode == 0, tail)
+
+
+# ---------------------------------------------------------------------------- bitwise
+def stage_bitwise(ctx) -> None:
+    """GPT-2 with dropout and AdamW, two steps, at 50 % and 30 % of the unlimited peak: every
+    loss, parameter and gradient bit-equal to eager (NOTE [ GPU check ] rule 4)."""
+    size = _gpt2_size(ctx)
+    batch, seq = (2, 32) if ctx.tiny else (2, 512)
+    for attn in ("eager", "sdpa"):
+
+        def build(attn=attn):
+            return _gpt2(ctx, dropout=0.1, attn=attn, **size)
+
+        tr = Trainer(ctx, build, batch, seq, size["vocab"])
+        modes = (True, False) if ctx.cuda else (False,)
+        for det in modes:
+            tag = f"{attn}-{'deterministic' if det else 'default'}"
+            with _deterministic(det):
+                ref = tr.run(2)
+                again = tr.run(2)
+                repeat = _equal(ref[0] + ref[1] + ref[2], again[0] + again[1] + again[2])
+                ctx.figure(f"{tag}: eager repeats itself", repeat)
+                free = tr.run(1, lambda: tritondtr.enable(budget=None))
+                peak = free[3][0].peak_bytes
+                ctx.figure(f"{tag}: tracked peak MiB", round(peak / 2**20, 1))
+                for ratio in (0.5, 0.3):
+                    got = tr.run(2, lambda b=int(peak * ratio): tritondtr.enable(budget=b))
+                    st = got[3][-1]
+                    same = _equal(got[0] + got[1] + got[2], ref[0] + ref[1] + ref[2])
+                    name = f"{tag} at {int(ratio * 100)} %"
+                    ctx.row("evictions", name, st.evictions, "count")
+                    ctx.row("rematerializations", name, st.rematerializations, "count")
+                    ctx.row("bitwise", name, int(same), "bool")
+                    if repeat:  # else eager is no reference (NOTE [ GPU check ] rule 4)
+                        ctx.check(f"{name}: bit-equal to eager", same)
+                        ctx.check(f"{name}: evicted", st.evictions > 0, str(st.evictions))
+                    else:
+                        ctx.figure(f"{name}: equal to one eager run", same)
+
+
+# ----------------------------------------------------------------------------- probes
+def stage_probes(ctx) -> None:
+    """Points 3, 4, 5 and 7 of the GPU path on the session's device."""
+    dev = ctx.device
+    # 3. The session is the first CUDA output's, whatever CPU ops came first.
+    if ctx.cuda:
+        lin = torch.nn.Linear(64, 64).to(dev)
+        x = torch.randn(8, 64, device=dev)
+        import warnings
+
+        with warnings.catch_warnings(record=True), tritondtr.enable(budget=None) as s:
+            mask = torch.ones(4, requires_grad=True) * 2  # a CPU op with grad first
+            lin(x).relu().sum().backward()
+        ctx.check(
+            "session device: the first CUDA output's",
+            s.core.device is not None and s.core.device.type == "cuda" and s.stats.peak_bytes > 0,
+            f"{s.core.device}",
+        )
+        del mask
+    # 4. A custom op drawing randomness inside, replayed exactly under stress.
+    from gpu_probes import probe_custom_rng, probe_nondeterministic, probe_oom
+
+    r = probe_custom_rng(dev)
+    ctx.check("custom-op randomness replayed exactly", r["equal"], str(r))
+    # 5. Outputs of nondeterministic ops pinned on CUDA.
+    r = probe_nondeterministic(dev)
+    ctx.check("nondeterministic outputs pinned", r["ok"], str(r))
+    # 7. A real out-of-memory error answered by evicting (CUDA only: a memory fraction).
+    if ctx.cuda:
+        r = probe_oom(dev)
+        ctx.check("out-of-memory fallback", r["ok"], str(r))
+
+
+# -------------------------------------------------------------------------------- zoo
+def stage_zoo(ctx) -> None:
+    """The zoo's steps on the device at 50 %, bit-equal to eager (deterministic algorithms)."""
+    import zoo
+
+    names = ["mlp", "cnn", "gpt", "lstm", "treelstm"]
+    scale = 1 if ctx.tiny else 8
+
+    def case(name):
+        c = zoo.make(name, seed=0, scale=scale)
+        c.model.to(ctx.device)
+        c.inputs = tuple(x.to(ctx.device) if torch.is_tensor(x) else x for x in c.inputs)
+        return c
+
+    with _deterministic(ctx.cuda):
+        for name in names:
+            c = case(name)
+            opt = torch.optim.Adam(c.model.parameters(), lr=1e-3)
+            ref_loss = zoo.train_step(c, opt)
+            ref = [p.detach().clone() for p in c.model.parameters()]
+            c = case(name)
+            with tritondtr.enable(budget=None) as s:
+                c.loss(c.model, c.inputs).backward()
+            peak = s.stats.peak_bytes
+            c = case(name)
+            opt = torch.optim.Adam(c.model.parameters(), lr=1e-3)
+            with tritondtr.enable(budget=peak // 2) as s:
+                loss = zoo.train_step(c, opt)
+            got = [p.detach().clone() for p in c.model.parameters()]
+            same = torch.equal(loss, ref_loss) and _equal(got, ref)
+            ctx.row("evictions", f"{name} at 50 %", s.stats.evictions, "count")
+            ctx.check(f"{name}: bit-equal to eager at 50 %", same)
+
+
+# ------------------------------------------------------------------------------ gpt2
+def stage_gpt2(ctx) -> None:
+    """GPT-2 small in fp32 at the largest batch x 1024 tokens that fits: eager, per-block
+    checkpoint, not binding, 70 / 50 / 30 %, analytic costs at 50 %, and a budget matched to
+    checkpoint's device peak: step time, device peak, evictions, rematerializations,
+    decisions, device syncs."""
+    size = _gpt2_size(ctx)
+    seq = size["positions"]
+    batches = (2, 1) if ctx.tiny else (24, 16, 12, 8, 4, 2)
+    repeats = 2 if ctx.tiny else 3
+
+    def build():
+        return _gpt2(ctx, dropout=0.0, **size)
+
+    model, tr, batch = None, None, None
+    for b in batches:  # the largest batch whose eager step fits
+        try:
+            model = build()
+            tr = Trainer(ctx, lambda m=model: m, b, seq, size["vocab"])
+            tr.run(1, model=model)
+            batch = b
+            break
+        except torch.OutOfMemoryError:
+            model = tr = None
+            if ctx.cuda:
+                torch.cuda.empty_cache()
+    if batch is None:
+        raise CheckFailed("no batch fits")
+    ctx.figure("batch x tokens", f"{batch} x {seq}")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=tr.ids, labels=tr.ids, use_cache=False).loss.backward()
+        opt.step()
+
+    def measure(name, session=None):
+        stats = []
+
+        def fn():
+            cm = session() if session is not None else contextlib.nullcontext()
+            with cm as s:
+                step()
+            if s is not None:
+                stats.append(s.stats)
+
+        if ctx.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        times = _timed(ctx, fn, repeats)
+        ms = statistics.median(times) * 1e3
+        dpeak = torch.cuda.max_memory_allocated() if ctx.cuda else None
+        ctx.row("step_time", name, round(ms, 2), "ms")
+        if dpeak is not None:
+            ctx.row("device_peak", name, dpeak, "bytes")
+        st = stats[-1] if stats else None
+        if st is not None:
+            for what in ("peak_bytes", "evictions", "rematerializations", "device_syncs"):
+                ctx.row(what, name, getattr(st, what), "bytes" if "bytes" in what else "count")
+            ctx.row("recompute_s", name, round(st.recompute_s, 4), "s")
+            ctx.row("select_s", name, round(st.select_s, 4), "s")
+        ctx.figure(
+            f"{name}",
+            f"{ms:.1f} ms"
+            + (f", device peak {format_bytes(dpeak)}" if dpeak is not None else "")
+            + (
+                f", tracked {format_bytes(st.peak_bytes)}, {st.evictions} evictions, "
+                f"{st.rematerializations} remats, {st.device_syncs} syncs"
+                if st is not None
+                else ""
+            ),
+        )
+        return ms, dpeak, st
+
+    eager_ms, _, _ = measure("eager")
+    _, nb_dpeak, nb = measure("not-binding", lambda: tritondtr.enable(budget=None))
+    peak = nb.peak_bytes
+    for r in (0.7, 0.5, 0.3):
+        measure(f"{int(r * 100)} %", lambda r=r: tritondtr.enable(budget=int(peak * r)))
+    measure("analytic 50 %", lambda: tritondtr.enable(budget=peak // 2, cost="analytic"))
+    from bench_runtime_checkpoint import _hf_checkpoint
+
+    _hf_checkpoint(model)
+    ck_ms, ck_dpeak, _ = measure("checkpoint")
+    off = getattr(model, "activation_checkpointing_disable", None)
+    (off or model.gradient_checkpointing_disable)()
+    if ck_dpeak is not None and nb_dpeak is not None:
+        outside = nb_dpeak - peak  # what the device holds beside the tracked storages
+        budget = max(ck_dpeak - outside, 1)
+        ms, dpeak, _ = measure("matched", lambda: tritondtr.enable(budget=budget))
+        ctx.figure("matched vs checkpoint: time", round(ms / ck_ms, 3))
+        ctx.figure("matched vs checkpoint: device peak", round(dpeak / ck_dpeak, 3))
+    ctx.figure("checkpoint vs eager: time", round(ck_ms / eager_ms, 3))
+
+
+# --------------------------------------------------------------------------- scoring
+def stage_scoring(ctx) -> None:
+    """Scoring throughput against ``torch-cuda`` at 1e3 .. 1e7 and 2^24, victims checked by
+    the scoring benchmark itself (its exit status 2 on a mismatch)."""
+    import bench_scoring
+
+    sizes = ["1e3", "1e4"] if ctx.tiny else ["1e3", "1e4", "1e5", "1e6", "1e7", str(2**24)]
+    providers = ["torch", "numpy"] if ctx.tiny else ["triton", "torch-cuda"]
+    tmp = ctx.out / "_scoring"
+    rc = bench_scoring.main(
+        ["--sizes", *sizes, "--providers", *providers, "--out", str(tmp), "--tag", "check"]
+    )
+    ctx.check("scoring: every provider's victims equal the twin's", rc == 0, f"exit {rc}")
+    import csv
+
+    for path in sorted(tmp.glob("*.csv")):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                ctx.row(r["what"], f"{r['provider']} N={r['size']}", r["median"], r["unit"])
+    for path in tmp.glob("*"):
+        path.unlink()
+    tmp.rmdir()
+
+
+# -------------------------------------------------------------------- selection twin
+def stage_selection_twin(ctx) -> None:
+    """The compiled selection against the torch twin at 1e5 .. 1e7 slots, k = 1 and 8."""
+    from scoring_baselines import synthetic_columns
+
+    from tritondtr import policy
+
+    sizes = [1000, 4097] if ctx.tiny else [100_000, 1_000_000, 10_000_000]
+    backend = "triton" if ctx.cuda else "torch"
+    for n in sizes:
+        cols, now = synthetic_columns(n, seed=n)
+        dev = {k: v.to(ctx.device) for k, v in cols.items()}
+        for h in ("dtr_eq", "dtr", "msps", "lru", "size"):
+            for k in (1, 8):
+                got = policy.select(h, dev, now, k=k, backend=backend).tolist()
+                ref = policy.select(h, cols, now, k=k, backend="torch").tolist()
+                ctx.check(f"N={n} {h} k={k}", got == ref, f"{got} != {ref}")
+
+
+# ------------------------------------------------------------------ decision latency
+def stage_latency(ctx) -> None:
+    """One decision (a full scoring and selection) on a host table, on a device table (its
+    private stream) and on the compute stream (the old way), with the GPU idle and behind a
+    queued backlog of the model's kernels."""
+    from scoring_baselines import synthetic_columns
+
+    from tritondtr import policy
+    from tritondtr.table import MetadataTable
+
+    sizes = [1000] if ctx.tiny else [1000, 10_000, 100_000, 1_000_000]
+    backend = "triton" if ctx.cuda else "torch"
+    a = torch.randn(4096, 4096, device=ctx.device) if ctx.cuda else None
+
+    def backlog():  # ~tens of ms of queued matmuls on the compute stream
+        if a is not None:
+            for _ in range(20):
+                a @ a
+
+    for n in sizes:
+        cols, now = synthetic_columns(n, seed=1)
+        host = MetadataTable(n, device="cpu")
+        host.add_many(**{k: v.numpy() for k, v in cols.items()})
+        tables = {"host": (host, "torch")}
+        if ctx.cuda:
+            devt = MetadataTable(n, device=ctx.device)
+            devt.add_many(**{k: v.numpy() for k, v in cols.items()})
+            tables["device-private-stream"] = (devt, backend)
+        for name, (table, b) in tables.items():
+            table.select("dtr_eq", now, 1, backend=b)
+            for busy in (False, True) if ctx.cuda else (False,):
+                lat = []
+                for _ in range(5 if ctx.tiny else 20):
+                    _sync(ctx)
+                    if busy:
+                        backlog()
+                    t0 = time.perf_counter()
+                    table.select("dtr_eq", now, 1, backend=b)
+                    lat.append(time.perf_counter() - t0)
+                us = statistics.median(lat) * 1e6
+                cfg = f"{name} N={n} {'behind backlog' if busy else 'idle'}"
+                ctx.row("decision_latency", cfg, round(us, 1), "us")
+                ctx.figure(cfg, f"{us:.0f} us")
+        if ctx.cuda:  # the old way: the selection on the compute stream, read with .cpu()
+            dcols = devt.columns()
+            for busy in (False, True):
+                lat = []
+                for _ in range(20):
+                    _sync(ctx)
+                    if busy:
+                        backlog()
+                    t0 = time.perf_counter()
+                    policy.select("dtr_eq", dcols, now, k=1, backend=backend)
+                    lat.append(time.perf_counter() - t0)
+                us = statistics.median(lat) * 1e6
+                cfg = f"compute-stream N={n} {'behind backlog' if busy else 'idle'}"
+                ctx.row("decision_latency", cfg, round(us, 1), "us")
+                ctx.figure(cfg, f"{us:.0f} us")
+    _sync(ctx)
+
+
+# ------------------------------------------------------------------------- dispatch
+def stage_dispatch(ctx) -> None:
+    """Dispatch cost per op: a chain of 200 small ``add``s, eager and in a session."""
+    k, numel = 200, 64
+    x0 = torch.randn(numel, device=ctx.device, requires_grad=True)
+
+    def chain():
+        x = x0
+        for _ in range(k):
+            x = x + 1.0
+        return x
+
+    def tracked():
+        with tritondtr.enable(budget=None):
+            chain()
+
+    eager = statistics.median(_timed(ctx, chain, 5 if ctx.tiny else 15))
+    dtr = statistics.median(_timed(ctx, tracked, 5 if ctx.tiny else 15))
+    us = (dtr - eager) / k * 1e6
+    ctx.row("dispatch_per_op", "add, 64 elements, not binding", round(us, 2), "us")
+    ctx.row("eager_per_op", "add, 64 elements", round(eager / k * 1e6, 2), "us")
+    ctx.figure("dispatch us per op (added)", round(us, 2))
+
+
+STAGES = [
+    ("env", 60, stage_env),
+    ("gpu-tests", 120, stage_gpu_tests),
+    ("bitwise", 90, stage_bitwise),
+    ("probes", 40, stage_probes),
+    ("zoo", 60, stage_zoo),
+    ("gpt2", 150, stage_gpt2),
+    ("scoring", 60, stage_scoring),
+    ("selection-twin", 30, stage_selection_twin),
+    ("latency", 30, stage_latency),
+    ("dispatch", 20, stage_dispatch),
+]
+"""(name, cap in seconds, function), highest value first (NOTE [ GPU check ] rule 1)."""

@@ -1,0 +1,151 @@
+"""Probes of the GPU path that run on any device: ``benchmarks/gpu_check.py`` calls them on
+CUDA, the tests on the CPU. Each returns a dict whose ``ok`` / ``equal`` says whether it held,
+with the figures that say why."""
+
+from __future__ import annotations
+
+import torch
+
+import tritondtr
+
+_LIB = "tdtr_probe"
+_registered = False
+
+
+def _register() -> None:
+    """A custom dropout whose body draws ``torch.rand_like`` (the way external fused dropout
+    and attention kernels are registered): its randomness is invisible to the dispatch mode."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+
+    @torch.library.custom_op(f"{_LIB}::dropout", mutates_args=())
+    def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+        keep = torch.rand_like(x) >= p
+        return x * keep / (1 - p)
+
+    @dropout.register_fake
+    def _(x, p):
+        return torch.empty_like(x)
+
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        p = ctx.p
+        return grad * (y != 0) / (1 - p), None
+
+    def setup(ctx, inputs, output):
+        ctx.p = inputs[1]
+        ctx.save_for_backward(output)
+
+    dropout.register_autograd(backward, setup_context=setup)
+
+
+def _custom_step(device, x, w):
+    h = torch.ops.tdtr_probe.dropout(torch.tanh(x @ w), 0.5)
+    return (h * h).sum() + h.sin().sum()  # read twice after it
+
+
+def probe_custom_rng(device: str | torch.device) -> dict:
+    """A custom-op dropout read twice after it, under ``stress=True``: loss and gradient equal
+    eager's with the same seed (issue: a replay drew fresh randomness)."""
+    _register()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 64, generator=g).to(device)
+    w0 = torch.randn(64, 64, generator=g).to(device)
+
+    def run(session):
+        w = w0.clone().requires_grad_()
+        torch.manual_seed(7)
+        with session as s:
+            loss = _custom_step(device, x, w)
+            loss.backward()
+        return loss.detach(), w.grad, s
+
+    import contextlib
+
+    ref_loss, ref_grad, _ = run(contextlib.nullcontext())
+    loss, grad, s = run(tritondtr.enable(stress=True))
+    return dict(
+        equal=bool(torch.equal(loss, ref_loss) and torch.equal(grad, ref_grad)),
+        remats=s.stats.rematerializations,
+        max_grad_diff=float((grad - ref_grad).abs().max()),
+    )
+
+
+def probe_nondeterministic(device: str | torch.device) -> dict:
+    """An ``index_add_`` output (atomics on CUDA) under ``stress=True``: on CUDA it is never
+    recomputed (pinned); gradients equal eager's. Off CUDA nothing is pinned for it."""
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randn(256, 32, generator=g).to(device)
+    idx = torch.randint(0, 16, (256,), generator=g).to(device)
+
+    def run(session):
+        x = x0.clone().requires_grad_()
+        with session as s:
+            y = torch.zeros(16, 32, device=device).index_add_(0, idx, x.tanh())
+            loss = (y * y).sum() + y.cos().sum()
+            loss.backward()
+        return loss.detach(), x.grad, s
+
+    import contextlib
+
+    ref_loss, ref_grad, _ = run(contextlib.nullcontext())
+    loss, grad, s = run(tritondtr.enable(stress=True))
+    equal = bool(torch.equal(loss, ref_loss) and torch.equal(grad, ref_grad))
+    return dict(ok=equal, equal=equal, remats=s.stats.rematerializations)
+
+
+def probe_oom(device: str | torch.device) -> dict:
+    """A real CUDA out-of-memory error inside an op, answered by evicting: the process may use
+    only what the unlimited step's peak needs minus a quarter of its activations, the budget
+    does not bind, and the step still finishes bit-equal to eager."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return dict(ok=True, skipped="CUDA only")
+    lin = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).to(device)
+    x = torch.randn(4096, 2048, device=device)
+
+    def step():
+        torch.manual_seed(0)
+        for p in lin.parameters():
+            p.grad = None
+        h = x
+        for m in lin:
+            h = torch.relu(m(h))
+        h.sum().backward()
+        return [p.grad.clone() for p in lin.parameters()]
+
+    ref = step()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    with tritondtr.enable(budget=None) as s:
+        step()
+    acts = s.stats.peak_bytes
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    limit = base + int(acts * 0.75) + (64 << 20)
+    torch.cuda.set_per_process_memory_fraction(limit / total, device)
+    try:
+        try:
+            step()
+            eager_fits = True
+        except torch.OutOfMemoryError:
+            eager_fits = False
+        torch.cuda.empty_cache()
+        with tritondtr.enable(budget=10 * acts) as s:
+            got = step()
+        equal = all(torch.equal(a, b) for a, b in zip(got, ref))
+        return dict(
+            ok=equal and s.stats.evictions > 0,
+            equal=equal,
+            eager_fits=eager_fits,
+            evictions=s.stats.evictions,
+            remats=s.stats.rematerializations,
+        )
+    except torch.OutOfMemoryError as e:
+        return dict(ok=False, error=str(e)[:200])
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.empty_cache()
