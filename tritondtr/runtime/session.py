@@ -98,6 +98,7 @@ from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
+from .oom import evict_for_retry, is_oom, rewind
 from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
     BLANK,
@@ -118,7 +119,6 @@ from .tensor import WRAPPER_TYPES, DTRTensor, restride, view_wrapper
 
 __all__ = ["Session"]
 
-_OOM = getattr(torch, "OutOfMemoryError", RuntimeError)
 _now_ns = time.perf_counter_ns
 _in_backward = torch._C._current_graph_task_id
 _new_tuple = tuple.__new__  # Input records on the hot path: C-level, ~0.1 us less than _make
@@ -397,22 +397,25 @@ class Session:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
             core.begin(info.name)
             rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random else None
+            attempt = 0
             while True:
                 t0 = _now_ns()
                 try:
                     out = func(*pargs, **pkw)
                     break
-                except _OOM:
-                    if not core.evicting:
+                except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
+                    if not core.evicting or not is_oom(e):
                         raise
                     if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
                         core.sync()
-                        for e in inputs:
-                            if e.mode <= WRITE and e.source.buf is not None:
-                                core.lock(e.source.sid)
-                                locked.append(e.source.sid)
-                    if not core.evict_one():
+                        for inp in inputs:
+                            if inp.mode <= WRITE and inp.source.buf is not None:
+                                core.lock(inp.source.sid)
+                                locked.append(inp.source.sid)
+                    rewind(rng)
+                    if not evict_for_retry(core, attempt):
                         raise
+                    attempt += 1
             cost = float(_now_ns() - t0)
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
@@ -622,7 +625,18 @@ class Session:
         rec = s.recipe
         src = self.storage(consume) if consume >= 0 else None
         t0 = time.perf_counter()
-        buf = run_recipe(rec, (s.out,), self.fsdp.stand_in, src)[0]
+        attempt = 0
+        while True:
+            try:
+                buf = run_recipe(rec, (s.out,), self.fsdp.stand_in, src)[0]
+                break
+            except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rule 1
+                # A replay into a consumed buffer may have written part of it: no retry.
+                if src is not None or not self.core.evicting or not is_oom(e):
+                    raise
+                if not evict_for_retry(self.core, attempt):
+                    raise
+                attempt += 1
         if src is not None:
             src.buf = None
         self.stats.recompute_s += time.perf_counter() - t0

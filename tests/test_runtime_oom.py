@@ -1,0 +1,76 @@
+"""NOTE [ Out-of-memory fallback ] (runtime/oom.py): what counts as the allocator's refusal,
+retries that double their evictions, and recomputations retried too. A real CUDA refusal is
+probed by benchmarks/gpu_check.py (tests/gpu_probes.py ``probe_oom``); the first-attempt
+tests are in test_runtime_core.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tritondtr.runtime as rt
+from tritondtr.runtime.oom import is_oom
+
+_FAIL = {"replays": 0, "calls": 0}
+
+
+@torch.library.custom_op("tritondtr_test::oom_on_replay", mutates_args=())
+def _oom_on_replay(x: torch.Tensor) -> torch.Tensor:
+    """x * 3; its calls after the first raise the allocator's error ``_FAIL["replays"]``
+    times: a recomputation the allocator refuses."""
+    _FAIL["calls"] += 1
+    if _FAIL["calls"] > 1 and _FAIL["replays"] > 0:
+        _FAIL["replays"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x * 3
+
+
+@pytest.mark.parametrize(
+    "error, refused",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB"), True),
+        (
+            RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                "allocate memory: you tried to allocate 8388608 bytes."
+            ),
+            True,
+        ),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+        (ValueError("out of memory"), False),
+    ],
+)
+def test_what_counts_as_the_allocator_refusing(error, refused):
+    assert is_oom(error) is refused
+
+
+@pytest.mark.parametrize("fails", [1, 3])
+def test_a_refused_recomputation_evicts_and_retries(fails):
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(budget="1MiB", debug=True) as s:
+        y = torch.ops.tritondtr_test.oom_on_replay(x + 1)
+        keep = [(x * k).sin() for k in range(6)]  # needs no y
+        s.evict_all()  # y too
+        keep = [t * 1 for t in keep]  # resident again: victims for the retries
+        before = s.stats.evictions
+        _FAIL["replays"] = fails
+        z = y * 2  # y is recomputed; the allocator refuses it ``fails`` times
+        assert _FAIL["replays"] == 0
+        assert s.stats.evictions > before
+        assert torch.equal(rt.unwrap(z), (x + 1) * 3 * 2)
+        for k, t in enumerate(keep):  # recomputed where they were the retries' victims
+            assert torch.equal(rt.unwrap(t), (x * k).sin() * 1)
+
+
+def test_a_refusal_with_nothing_to_evict_propagates_from_a_recomputation():
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(stress=True) as s:
+        y = torch.ops.tritondtr_test.oom_on_replay(x + 1)
+        _FAIL["replays"] = 100
+        with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+            (y * 2).sum()
+        _FAIL["replays"] = 0
+        assert torch.equal(rt.unwrap(y * 1), (x + 1) * 3)
+    assert s.stats.rematerializations > 0

@@ -1,0 +1,53 @@
+"""The out-of-memory fallback: an op the allocator refuses is run again after evicting.
+
+# NOTE [ Out-of-memory fallback ]
+# 1. When the allocator refuses an allocation inside an op the session runs (a user op, or a
+#    recomputation: ``Session.recompute``) and the session may evict (a budget or stress),
+#    the core evicts and the op runs again; with nothing left to evict, the allocator's error
+#    propagates unchanged. The budget may be far above what the device has free (``"auto"``
+#    counts only tracked storages): this is what keeps such a run alive.
+# 2. Retry i (from 0) evicts up to 2**i victims: one refused allocation may need the bytes of
+#    many victims, and one victim per retry made the retries linear in the bytes missing;
+#    doubling bounds them by log2 of the number of storages.
+# 3. Before each retry, the generators the op's first attempt captured (NOTE [ RNG replay ] in
+#    recipe.py) are set back to their state before that attempt: a random op may have drawn
+#    before its allocation failed, and the retry must draw what eager drew.
+# 4. A retry's decisions allocate nothing on the device: the runtime's table is on the host
+#    (NOTE [ Decisions on the host ] in core/core.py). With ``table="device"`` a selection
+#    allocates a few hundred bytes on the device (the victims, the partial results): if even
+#    those are refused, that error propagates.
+# 5. The allocator's refusal is ``torch.OutOfMemoryError`` (CUDA), or on a CPU the
+#    ``RuntimeError`` of PyTorch's CPU allocator ("DefaultCPUAllocator: can't allocate
+#    memory"), which is not an ``OutOfMemoryError`` class; both are retried.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["evict_for_retry", "is_oom", "rewind"]
+
+_OOM = getattr(torch, "OutOfMemoryError", ())
+_CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether ``e`` is the allocator refusing memory (rule 5)."""
+    return isinstance(e, _OOM) or (isinstance(e, RuntimeError) and _CPU_REFUSAL in str(e))
+
+
+def evict_for_retry(core, attempt: int) -> bool:
+    """Rule 2: evict up to ``2**attempt`` victims; False if none was evictable."""
+    if not core.evict_one():
+        return False
+    for _ in range((1 << min(attempt, 30)) - 1):
+        if not core.evict_one():
+            break
+    return True
+
+
+def rewind(rng) -> None:
+    """Rule 3: the op's generators as they were before its first attempt."""
+    if rng is not None:
+        gen, state = rng
+        gen.set_state(state)
