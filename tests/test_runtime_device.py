@@ -200,3 +200,27 @@ def test_cuda_session_waits_for_the_first_cuda_output():
         case.model(x).sum().backward()
     assert s.core.device.type == "cuda" and s.stats.peak_bytes > 0
     assert not tritondtr.runtime.is_tracked(mask)
+
+
+@pytest.mark.gpu
+def test_cuda_step_on_a_side_stream_is_exact():
+    """NOTE [ Side streams ]: a step run on a side stream under stress (every storage evicted
+    after every op, so buffers are freed while that stream may still read them)."""
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, ref_loss, ref_params = _gpt_cuda(False)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            case = zoo.make("gpt", seed=0, scale=4)
+            case.model.cuda()
+            case.inputs = tuple(x.cuda() for x in case.inputs)
+            opt = torch.optim.SGD(case.model.parameters(), lr=0.1)
+            with tritondtr.enable(stress=True) as s:
+                loss = _step(case, opt)
+        torch.cuda.synchronize()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert s._side_seen and s.stats.rematerializations > 0
+    assert torch.equal(loss, ref_loss)
+    assert all(torch.equal(p.detach(), r) for p, r in zip(case.model.parameters(), ref_params))

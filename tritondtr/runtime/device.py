@@ -39,6 +39,19 @@
 # beside ``peak_bytes``, the tracked storages alone. Resetting the peak is a process-wide
 # side effect of the allocator's statistics (as every ``reset_peak_memory_stats`` caller
 # has); it is documented in docs/runtime.md. On a CPU there is no such counter: None.
+
+# NOTE [ Side streams ]
+# 1. The caching allocator hands a freed block out again to the stream it was allocated on,
+#    without waiting for other streams that read it. A tracked buffer the session frees (an
+#    eviction, a release) may have been read by an op on another stream: a side stream of
+#    the program (``with torch.cuda.stream(s)``), FSDP2's or DDP's communication streams.
+# 2. So once any op of a CUDA session runs with a current stream other than the device's
+#    default stream, every later op records its tracked inputs' buffers as used by its
+#    current stream (``Tensor.record_stream``): their blocks are reused only after that
+#    stream's work, whichever stream frees them. Recording on the block's own stream is a
+#    no-op of the allocator.
+# 3. Until then nothing is recorded: a program on the default stream pays nothing but one
+#    stream query per op on CUDA.
 """
 
 from __future__ import annotations

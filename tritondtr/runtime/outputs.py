@@ -113,6 +113,7 @@ def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     core, info, never = session.core, rec.info, session.config.never_evict
     if core.device is None:
         core.start(o.device)
+        session.started(o.device)
     outs = rec.outs = (*rec.outs, (r, j))
     pinned = (
         info.never_evict

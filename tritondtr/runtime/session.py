@@ -182,6 +182,8 @@ class Session:
         self._cuda = torch.cuda.is_available()  # NOTE [ Session device ] rule 2
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
         self._peak_device: torch.device | None = None  # NOTE [ Device peak ]
+        self._streams: torch.cuda.Stream | None = None  # NOTE [ Side streams ]: default
+        self._side_seen = False
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
         self.released: list[int] = []  # rule 3: sids
@@ -242,6 +244,7 @@ class Session:
         dev = devices.concrete(config.device) if config.device is not None else None
         if dev is not None:
             core.start(dev)
+            self.started(dev)
         where = dev or devices.default_device()
         if isinstance(config.budget, devices.MemoryShare):
             core.budget = config.budget.resolve(where)
@@ -250,6 +253,25 @@ class Session:
             devices.reset_peak(where)
             self._peak_device = where
             self.stats._peak_device = where
+
+    def started(self, device: torch.device) -> None:
+        """The session's device is fixed (NOTE [ Session device ] rule 4)."""
+        if device.type == "cuda":
+            self._streams = torch.cuda.default_stream(device)
+
+    def _side_streams(self, inputs) -> None:
+        """NOTE [ Side streams ]: after an op, its tracked inputs' buffers are recorded as used
+        by the current stream, once any op of the session ran off the default stream."""
+        stream = torch.cuda.current_stream(self.core.device)
+        if not self._side_seen:
+            if stream == self._streams:
+                return
+            self._side_seen = True
+        for inp in inputs:
+            if inp.mode <= WRITE:
+                buf = inp.source.buf
+                if buf is not None:
+                    buf.record_stream(stream)
 
     def _other_device(self, out: torch.Tensor, info) -> bool:
         """Whether ``out``, not on the session's device, fixes it now (NOTE [ Session device ]
@@ -417,6 +439,8 @@ class Session:
                         raise
                     attempt += 1
             cost = float(_now_ns() - t0)
+            if self._streams is not None:  # NOTE [ Side streams ]
+                self._side_streams(inputs)
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
             if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
