@@ -218,15 +218,21 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
         row("slowdown", provider, Stats.of([ms.median / eager_ms]), "x", None, params)
         for what, attr in (
             ("peak", "peak_bytes"),
+            (
+                "device_peak",
+                "device_peak_bytes",
+            ),  # CUDA: max_memory_allocated (NOTE [ Device peak ])
             ("evictions", "evictions"),
             ("rematerializations", "rematerializations"),
         ):
+            if attr == "device_peak_bytes" and not device.startswith("cuda"):
+                continue
             if sessions:
                 row(
                     what,
                     provider,
                     Stats.of([getattr(s, attr) for s in sessions]),
-                    "bytes" if what == "peak" else "count",
+                    "bytes" if "peak" in what else "count",
                     None,
                     params,
                 )

@@ -76,6 +76,9 @@ class DemoRow:
             unlimited run's traces at this budget (``twin_status`` "": no prediction; else
             ``ok``, ``oom`` or ``thrash``).
         predicted_step_s: the unlimited step time + the twin's recomputation cost.
+        device_peak_bytes: on CUDA, the most bytes the process had allocated on the device
+            during a step (``torch.cuda.max_memory_allocated``, everything included); None on
+            a CPU.
     """
 
     run: str
@@ -94,6 +97,7 @@ class DemoRow:
     twin_remats: int | None = None
     twin_peak_bytes: int | None = None
     predicted_step_s: float | None = None
+    device_peak_bytes: int | None = None
 
 
 class _Run(NamedTuple):
@@ -107,6 +111,7 @@ class _Run(NamedTuple):
     remats: int
     ops: int  # ops the sessions dispatched
     traces: list  # one tritondtr.sim.Trace per step when recorded
+    device_peak: int | None = None  # CUDA: max_memory_allocated over the steps
 
 
 def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Run:
@@ -120,8 +125,12 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses, grads, times, traces = [], [], [], []
     peak = ev = remat = ops = 0
+    cuda = torch.device(device).type == "cuda"
+    dpeak = 0 if cuda else None
     for step, (x, y) in enumerate(data):
         _sync(device)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         if mode == "record":
             meta = {"name": "tinygpt", "step": step + 1, "steps": len(data)}
@@ -139,6 +148,8 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
             opt.step()
         _sync(device)
         times.append(time.perf_counter() - t0)
+        if cuda:
+            dpeak = max(dpeak, torch.cuda.max_memory_allocated(device))
         losses.append(loss.detach().clone())
         grads.append([p.grad.detach().clone() for p in model.parameters()])
         if mode != "eager":
@@ -147,7 +158,7 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
             ev, remat, ops = ev + st.evictions, remat + st.rematerializations, ops + st.ops
         if mode == "record":
             traces.append(ctx.trace)
-    return _Run(losses, grads, statistics.median(times), peak, ev, remat, ops, traces)
+    return _Run(losses, grads, statistics.median(times), peak, ev, remat, ops, traces, dpeak)
 
 
 def _sync(device) -> None:
@@ -173,6 +184,7 @@ def _row(name: str, ratio, budget, run: _Run, ref: _Run, **kw) -> DemoRow:
         _equal(ref, run),
         first_loss=run.losses[0].item(),
         last_loss=run.losses[-1].item(),
+        device_peak_bytes=run.device_peak,
         **kw,
     )
 

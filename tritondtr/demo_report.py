@@ -23,6 +23,8 @@ twin: the unlimited run's traces replayed by the simulator at the run's budget (
   runtime semantics): exact at the recorded (unlimited) budget, a prediction at the others.
 pred: predicted step time = the unlimited step time + the twin's recomputation cost (op costs
   measured in the recorded run); it leaves out the eviction bookkeeping: a lower estimate.
+device peak (CUDA only): torch.cuda.max_memory_allocated over a step, everything the process
+  allocated on the device (parameters, gradients, optimizer state included).
 checkpoint: every block under torch.utils.checkpoint (use_reentrant=False), run eagerly; its
   peak measured as the others' (under enable(budget=None)); remats: the ops its backward reran."""
 
@@ -40,6 +42,9 @@ def format_table(rows: list[DemoRow], heuristic: str = "dtr_eq") -> str:
         f"{'run':>10} {'budget':>10} {'peak':>10} {'%':>4} {'run':>6} {'twin':>6} "
         f"{'run':>6} {'twin':>6} {'run':>7} {'pred':>7} {'x eager':>7}  grads equal"
     )
+    device = any(r.device_peak_bytes is not None for r in rows)  # CUDA: one more column
+    if device:
+        head2 += "  device peak"
     lines = [head1.rstrip(), head2, "-" * len(head2)]
     for r in rows:
         if r.run == "checkpoint":
@@ -62,6 +67,7 @@ def format_table(rows: list[DemoRow], heuristic: str = "dtr_eq") -> str:
             f"{evictions:>6} {tw_ev:>6} "
             f"{r.rematerializations if measured else '-':>6} {tw_re:>6} "
             f"{step:>7} {pred:>7} {slow:>7}  {ok}"
+            + (f"  {_bytes(r.device_peak_bytes)}" if device else "")
         )
     return "\n".join([*lines, _NOTES.format(heuristic=heuristic)])
 
