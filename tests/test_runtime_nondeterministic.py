@@ -162,6 +162,20 @@ def test_replay_runs_under_the_first_executions_setting(cpu_plays_cuda):
     assert torch.equal(got, torch.arange(6.0) * 2)
 
 
+@pytest.mark.xfail(strict=True, reason="NOTE [ Nondeterministic ops ] rule 5: not covered yet")
+def test_pinned_version_overwritten_in_place_is_not_replayed(cpu_plays_cuda):
+    """The known hole: ``x.mul_`` hands out the pinned ``index_add`` version that ``y``
+    read, and recomputing ``y`` in the backward replays ``index_add``."""
+    w = torch.randn(6, 4, requires_grad=True)
+    idx, src = torch.tensor([0, 3, 3, 1, 5]), torch.randn(5, 4)
+    with counting_replays() as replays, rt.enable(stress=True):
+        x = torch.index_add(w * 1, 0, idx, src)
+        y = x + 1
+        x.mul_(2)
+        (y.sin() * x).sum().backward()
+    assert replays["aten.index_add.default"] == 0, dict(replays)
+
+
 @pytest.mark.gpu
 def test_cuda_scatter_add_and_index_add_pinned_and_gradients_exact():
     found = probe_nondeterministic("cuda")

@@ -31,6 +31,10 @@
 #    first execution (the recipe keeps it): an output left evictable because the setting was
 #    on is recomputed by the same deterministic kernel even if the program turned it off
 #    since, and an output computed with it off is not replayed with another kernel.
+# 5. Not covered yet: an in-place write to a pinned version hands that version out (NOTE [
+#    In-place versions ] rule 1); it is evicted with its recipe, and a storage that read it,
+#    recomputed later, replays the op (``y = x + 1`` after ``x.index_add_(...)``, then
+#    ``x.mul_(2)``, and ``y`` evicted). ``never_evict`` outputs share this limit.
 """
 
 from __future__ import annotations
