@@ -121,6 +121,7 @@ READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths co
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 _no_autocast = torch._C._DisableAutocast  # NOTE [ Replay context ] 3
+_set_deterministic = torch._C._set_deterministic_algorithms  # NOTE [ Nondeterministic ops ] 4
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled  # NOTE [ Replay context ] 4
 _inference_off = torch._C._InferenceMode
@@ -413,12 +414,12 @@ def _absorbed(src, copies: dict, stand_in, consume) -> torch.Tensor:
 def _run(rec, args, kwargs):
     det = rec.det
     if det is not None and det != deterministic_mode():  # NOTE [ Nondeterministic ops ] 4
-        saved = deterministic_mode()
-        torch.use_deterministic_algorithms(det[0], warn_only=det[1])
+        saved = deterministic_mode()  # the C setting only: inductor's own flag is untouched
+        _set_deterministic(det[0], warn_only=det[1])
         try:
             return _run_seeded(rec, args, kwargs)
         finally:
-            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+            _set_deterministic(saved[0], warn_only=saved[1])
     return _run_seeded(rec, args, kwargs)
 
 
