@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .nondeterministic import pins_nondeterministic
 from .recipe import PLAIN, READ, WRITE, Cell, Recipe, blank, geometry, storage_ptr
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
@@ -97,6 +98,8 @@ def outputs(
             k = next(n for n, e in enumerate(inputs) if e.source is old)
             rec.outs += ((-1, k),)
             buf, pinned = old.buf, core.pinned[old.sid]
+            if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
+                pinned = pins_nondeterministic(info, buf)
             core.hand_out(old.sid)
             cell.storage = session.track(
                 buf, rec, len(rec.outs) - 1, parents, cost, pinned, old.sid, alone
@@ -117,7 +120,7 @@ def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     outs = rec.outs = (*rec.outs, (r, j))
     pinned = (
         info.never_evict
-        or (info.nondet_bitwise and o.is_cuda)
+        or (info.nondet and pins_nondeterministic(info, o))  # NOTE [ Nondeterministic ops ]
         or (never is not None and bool(never(info.name, o)))
     )
     s = session.track(o, rec, len(outs) - 1, parents, cost, pinned)

@@ -90,6 +90,7 @@ import torch
 
 from .dynamo import opaque
 from .errors import StaleInputError
+from .nondeterministic import deterministic_mode
 
 __all__ = [
     "Cell",
@@ -120,6 +121,7 @@ READ, WRITE, SNAPSHOT, PLAIN, BLANK = (int(m) for m in Mode)  # the hot paths co
 
 _below_autograd = torch._C._AutoDispatchBelowADInplaceOrView  # NOTE [ Replay context ] 1
 _no_autocast = torch._C._DisableAutocast  # NOTE [ Replay context ] 3
+_set_deterministic = torch._C._set_deterministic_algorithms  # NOTE [ Nondeterministic ops ] 4
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled  # NOTE [ Replay context ] 4
 _inference_off = torch._C._InferenceMode
@@ -200,11 +202,14 @@ class Recipe:
     ``outs``: per produced storage, ``(r, j)`` for return ``r`` (element ``j`` of a list
     return, else -1) or ``(-1, k)`` for the copy written through ``inputs[k]``. ``grad``: the
     grad mode of the first execution, restored for replays, which also run with autocast off
-    (NOTE [ Replay context ]).
+    (NOTE [ Replay context ]). ``det``: for an op nondeterministic on CUDA, the
+    deterministic-algorithms setting of the first execution, restored for replays (NOTE [
+    Nondeterministic ops ] rule 4), else None.
     """
 
     __slots__ = (
-        "__weakref__", "aliased", "args", "grad", "info", "inputs", "kwargs", "outs", "rng"
+        "__weakref__", "aliased", "args", "det", "grad", "info", "inputs", "kwargs", "outs",
+        "rng",
     )  # fmt: skip
 
     def __init__(self, info, args, kwargs, inputs: list[Input], rng) -> None:
@@ -214,6 +219,7 @@ class Recipe:
         self.inputs = inputs
         self.rng = rng
         self.grad = torch.is_grad_enabled()
+        self.det = deterministic_mode() if info.nondet else None
         self.outs: tuple[tuple[int, int], ...] = ()  # tuples: NOTE [ Storage lifetime ] rule 6
         self.aliased = False  # an input reads a storage another writes (In-place versions 3)
 
@@ -352,7 +358,10 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
     try:
         # plain tensors: no graph, no view tracking, no second cast (NOTE [ Replay context ] 3)
         with _below_autograd(), _no_autocast():
-            out = info.func(*args, **kwargs) if rec.rng is None else _run(rec, args, kwargs)
+            if rec.rng is None and rec.det is None:
+                out = info.func(*args, **kwargs)
+            else:
+                out = _run(rec, args, kwargs)
     finally:
         if grad != rec.grad:
             torch._C._set_grad_enabled(grad)
@@ -403,6 +412,18 @@ def _absorbed(src, copies: dict, stand_in, consume) -> torch.Tensor:
 
 
 def _run(rec, args, kwargs):
+    det = rec.det
+    if det is not None and det != deterministic_mode():  # NOTE [ Nondeterministic ops ] 4
+        saved = deterministic_mode()  # the C setting only: inductor's own flag is untouched
+        _set_deterministic(det[0], warn_only=det[1])
+        try:
+            return _run_seeded(rec, args, kwargs)
+        finally:
+            _set_deterministic(saved[0], warn_only=saved[1])
+    return _run_seeded(rec, args, kwargs)
+
+
+def _run_seeded(rec, args, kwargs):
     if rec.rng is None:
         return rec.info.func(*args, **kwargs)
     gen, state = rec.rng  # NOTE [ RNG replay ] rule 2

@@ -18,8 +18,9 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    returned (autograd requires in-place ops to return their input).
 # 4. Random ops carry the tag ``nondeterministic_seeded``: their generator state is captured at
 #    first execution and replayed (NOTE [ RNG replay ] in recipe.py).
-# 5. Outputs of ``nondeterministic_bitwise`` ops on CUDA are never evicted: a replay could give
-#    other bits, and gradients must equal the unlimited run exactly.
+# 5. Outputs of ops nondeterministic on CUDA (PyTorch's list, and the tag
+#    ``nondeterministic_bitwise``) are pinned there unless deterministic algorithms are on
+#    (NOTE [ Nondeterministic ops ] in nondeterministic.py): ``nondet``, decided per overload.
 # 6. In-place view ops (tag ``inplace_view``: ``t_``, ``transpose_``, ``squeeze_``,
 #    ``unsqueeze_``, ``as_strided_``, ``swapdims_``, ``detach_``) change only the wrapper's own
 #    size, strides and offset: the new geometry is computed on a meta stand-in, written into
@@ -84,6 +85,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from .nondeterministic import listed as _nondeterministic
 
 __all__ = ["OpInfo", "bump_versions", "op_info", "register", "registered"]
 
@@ -290,7 +293,7 @@ class OpInfo:
     written: tuple[int | str, ...]
     rets: tuple[tuple[int, int | str | None, int | str | None], ...]
     random: bool
-    nondet_bitwise: bool
+    nondet: bool  # NOTE [ Op semantics ] rule 5
     fresh: bool  # some tensor return is neither a view nor a written argument
     inplace_view: bool  # NOTE [ Op semantics ] rule 6: changes the tensor's own geometry
     flat: tuple[int, ...] | None
@@ -402,7 +405,7 @@ def _analyze(func) -> OpInfo:
         rets=tuple(rets),
         random=torch.Tag.nondeterministic_seeded in tags,
         fresh=any(k != OTHER and v is None and w is None for k, v, w in rets),
-        nondet_bitwise=torch.Tag.nondeterministic_bitwise in tags,
+        nondet=_nondeterministic(func),
         inplace_view=inplace_view,
         flat=flat,
         fresh1=not written and tuple(rets) == ((ONE, None, None),),

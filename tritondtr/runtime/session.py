@@ -98,6 +98,7 @@ from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
+from .nondeterministic import pins_nondeterministic
 from .oom import evict_for_retry, is_oom, rewind
 from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
@@ -467,6 +468,8 @@ class Session:
                 rec = Recipe(info, pargs, pkw, inputs, rng)
                 rec.outs = ((-1, 0),)
                 buf, pinned = old.buf, core.pinned[old.sid]
+                if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
+                    pinned = pins_nondeterministic(info, buf)
                 core.hand_out(old.sid)
                 cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
                 out = args[0]
