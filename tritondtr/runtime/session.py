@@ -107,6 +107,7 @@ from .recipe import (
     Storage,
     capture_rng,
     derive,
+    rewind_rng,
     run_recipe,
 )
 from .semantics import _CACHE, ONE, bump_versions, op_info
@@ -357,7 +358,7 @@ class Session:
             if info.overwrites and wrote:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
             core.begin(info.name)
-            rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random else None
+            rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
             while True:
                 t0 = _now_ns()
                 try:
@@ -374,6 +375,8 @@ class Session:
                                 locked.append(e.source.sid)
                     if not core.evict_one():
                         raise
+                    if rng is not None:  # NOTE [ RNG replay ] rule 4
+                        rewind_rng(rng)
             cost = float(_now_ns() - t0)
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
@@ -673,8 +676,11 @@ def _any_wrapper(info, args, kwargs) -> bool:
 
 
 def _device_of(pargs, pkw) -> torch.device | None:
+    """The device a random op draws on (NOTE [ RNG replay ] rule 3)."""
+    d = pkw.get("device")
+    if d is not None:
+        return torch.device(d)
     for a in pargs:
         if isinstance(a, torch.Tensor):
             return a.device
-    d = pkw.get("device")
-    return torch.device(d) if d is not None else None
+    return None
