@@ -52,7 +52,9 @@ recipes keep referring to the old version they read.
 #    seeds itself elsewhere (NumPy, Python's ``random``, a counter or clock of its own, a
 #    state tensor it updates without declaring it) cannot be replayed: the program must pin
 #    its outputs with ``enable(never_evict=fn)``, where ``fn(op_name, output)`` returns True
-#    for that op (docs/runtime.md, Randomness). What rules 1 to 3 cost per op:
+#    for that op (docs/runtime.md, Randomness). cuDNN's RNN dropout is such a state tensor,
+#    declared in semantics.py as a hidden write, so its replays draw from the state the
+#    first execution read. What rules 1 to 3 cost per op:
 #    docs/benchmarks.md (Runtime, RNG capture).
 
 # NOTE [ Replay context ]

@@ -175,6 +175,18 @@ def _batch_norm_running_stats():
     although the schema does not mark them as written; a replay must not update them twice."""
 
 
+@register(aten._cudnn_rnn.default, hidden_mutation=(15,))
+@register(aten.miopen_rnn.default, hidden_mutation=(13,))
+def _rnn_dropout_state():
+    """With dropout in training, cuDNN's RNN draws its masks from ``dropout_state`` and
+    advances that buffer in place (6.5 MB for a 2-layer LSTM on an H100, torch 2.11), not
+    from a generator: NOTE [ RNG replay ] rule 5. Declared written (NOTE [ Op semantics ]
+    rule 2), a plain buffer is snapshotted before the op (6.5 MB of device memory the budget
+    does not count, per call) and each replay draws from a copy of the snapshot; a tracked
+    one (made inside the session) gets a new version. (MIOpen's is assumed to work the same
+    way.)"""
+
+
 @register(
     aten.set_.default,
     aten.set_.source_Storage,
