@@ -9,9 +9,9 @@
 # 2. Retry i (from 0) evicts up to 2**i victims: one refused allocation may need the bytes of
 #    many victims, and one victim per retry made the retries linear in the bytes missing;
 #    doubling bounds them by log2 of the number of storages.
-# 3. Before each retry, the generators the op's first attempt captured (NOTE [ RNG replay ] in
-#    recipe.py) are set back to their state before that attempt: a random op may have drawn
-#    before its allocation failed, and the retry must draw what eager drew.
+# 3. Before each retry, the generators the op's first attempt captured are set back to their
+#    state before that attempt (NOTE [ RNG replay ] rule 4 in recipe.py): a random op may have
+#    drawn before its allocation failed, and the retry must draw what eager drew.
 # 4. A retry's decisions allocate nothing on the device: the runtime's table is on the host
 #    (NOTE [ Decisions on the host ] in core/core.py). With ``table="device"`` a selection
 #    allocates a few hundred bytes on the device (the victims, the partial results): if even
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["evict_for_retry", "is_oom", "rewind"]
+__all__ = ["evict_for_retry", "is_oom"]
 
 _OOM = getattr(torch, "OutOfMemoryError", ())
 _CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"
@@ -44,10 +44,3 @@ def evict_for_retry(core, attempt: int) -> bool:
         if not core.evict_one():
             break
     return True
-
-
-def rewind(rng) -> None:
-    """Rule 3: the op's generators as they were before its first attempt."""
-    if rng is not None:
-        gen, state = rng
-        gen.set_state(state)

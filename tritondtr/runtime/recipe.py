@@ -30,12 +30,32 @@ recipes keep referring to the old version they read.
 #    9, Garbage collection).
 
 # NOTE [ RNG replay ]
-# 1. A random op (NOTE [ Op semantics ] rule 4) captures the state of the generator it will
-#    draw from just before its first execution; it never forks, seeds or advances it.
-# 2. A replay sets the captured state, runs the op and restores the generator's current state
-#    in ``finally``, so replays are invisible to the user's random stream.
-# 3. The generator is the op's ``generator=`` argument, else the default generator of the
-#    op's device (its first tensor argument's device, else its ``device=`` argument, else CPU).
+# 1. A random op (NOTE [ Op semantics ] rule 4) captures the states of the generators it may
+#    draw from just before its first execution; it never forks, seeds or advances them.
+# 2. A replay saves the current states of those generators, sets the captured ones, runs the
+#    op and restores the saved ones in ``finally``, so replays are invisible to the program's
+#    random streams.
+# 3. Which generators: for an ATen op, its ``Generator`` argument if one is given, else the
+#    default generator of the op's device (its ``device=`` argument, else its first tensor
+#    argument's device, else CPU; ``rand_like(x, device="cuda")`` of a CPU ``x`` draws on
+#    CUDA), as ATen's kernels do. For an op outside ATen (rule 4c there) nothing says what
+#    its body draws from, so every generator it could reach is captured: each ``Generator``
+#    argument given, the default CPU generator (a CUDA op's body may draw masks on the CPU)
+#    and the default generator of every initialized CUDA device
+#    (``torch.cuda.default_generators``, empty before CUDA starts; no device is initialized
+#    to capture it). Capturing a generator the op does not use costs its ``get_state`` and
+#    changes nothing; missing one would replay other draws silently.
+# 4. An op that ran out of memory and is retried after an eviction (NOTE [ Budget
+#    accounting ]) first gets the captured states back: the attempt that failed may have
+#    drawn, and the retry must draw what the recipe will replay (and what eager draws).
+# 5. A replay is exact only if the op's randomness lives in PyTorch's generators. An op that
+#    seeds itself elsewhere (NumPy, Python's ``random``, a counter or clock of its own, a
+#    state tensor it updates without declaring it) cannot be replayed: the program must pin
+#    its outputs with ``enable(never_evict=fn)``, where ``fn(op_name, output)`` returns True
+#    for that op (docs/runtime.md, Randomness). cuDNN's RNN dropout is such a state tensor,
+#    declared in semantics.py as a hidden write, so its replays draw from the state the
+#    first execution read. What rules 1 to 3 cost per op:
+#    docs/benchmarks.md (Runtime, RNG capture).
 
 # NOTE [ Replay context ]
 # 1. Some kernels read the grad mode: ``_sparse_mm_reduce_impl`` computes its ``arg_out``
@@ -198,7 +218,8 @@ class Recipe:
     """How to run one op again.
 
     ``args`` / ``kwargs``: the call with every tensor position set to None (lists copied).
-    ``inputs``: one :class:`Input` per tensor argument. ``rng``: (generator, state) or None.
+    ``inputs``: one :class:`Input` per tensor argument. ``rng``: ((generator, state), ...) of
+    a random op (NOTE [ RNG replay ]), else None.
     ``outs``: per produced storage, ``(r, j)`` for return ``r`` (element ``j`` of a list
     return, else -1) or ``(-1, k)`` for the copy written through ``inputs[k]``. ``grad``: the
     grad mode of the first execution, restored for replays, which also run with autocast off
@@ -282,8 +303,8 @@ def _on_storage(st, device: torch.device, view: tuple) -> torch.Tensor:
     return _with_bits(out, conj, neg)
 
 
-def generator_of(device: torch.device | None, gen) -> torch.Generator:
-    """NOTE [ RNG replay ] rule 3."""
+def generator_of(device: torch.device | None, gen=None) -> torch.Generator:
+    """``gen``, else the default generator of ``device`` (NOTE [ RNG replay ] rule 3)."""
     if gen is not None:
         return gen
     if device is None or device.type == "cpu":
@@ -297,9 +318,30 @@ def generator_of(device: torch.device | None, gen) -> torch.Generator:
     )
 
 
-def capture_rng(device: torch.device | None, gen) -> tuple:
-    g = generator_of(device, gen)
-    return (g, g.get_state())
+def capture_rng(info, device: torch.device | None, pargs, pkw) -> tuple:
+    """((generator, state), ...) of every generator the random op ``info`` may draw from,
+    called with ``pargs`` / ``pkw`` on ``device`` (NOTE [ RNG replay ] rules 1 and 3)."""
+    gens = []
+    for key in info.generators:
+        g = (pargs[key] if key < len(pargs) else None) if type(key) is int else pkw.get(key)
+        if g is not None and all(g is not h for h in gens):
+            gens.append(g)
+    if info.rng_defaults:
+        if device is not None and device.type not in ("cpu", "cuda"):
+            generator_of(device)  # raises: no generator state to capture there
+        for g in (torch.default_generator, *torch.cuda.default_generators):
+            if all(g is not h for h in gens):
+                gens.append(g)
+    elif not gens:
+        gens.append(generator_of(device))
+    return tuple([(g, g.get_state()) for g in gens])
+
+
+def rewind_rng(rng: tuple) -> None:
+    """Set every generator of ``rng`` (from :func:`capture_rng`) to its captured state
+    (NOTE [ RNG replay ] rule 4)."""
+    for g, state in rng:
+        g.set_state(state)
 
 
 def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
@@ -424,15 +466,16 @@ def _run(rec, args, kwargs):
 
 
 def _run_seeded(rec, args, kwargs):
-    if rec.rng is None:
+    rng = rec.rng
+    if rng is None:
         return rec.info.func(*args, **kwargs)
-    gen, state = rec.rng  # NOTE [ RNG replay ] rule 2
-    saved = gen.get_state()
-    gen.set_state(state)
+    saved = [g.get_state() for g, _ in rng]  # NOTE [ RNG replay ] rule 2
     try:
+        rewind_rng(rng)
         return rec.info.func(*args, **kwargs)
     finally:
-        gen.set_state(saved)
+        for (g, _), state in zip(rng, saved):
+            g.set_state(state)
 
 
 def storage_ptr(t: torch.Tensor) -> int:

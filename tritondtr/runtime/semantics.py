@@ -1,9 +1,9 @@
 """Op semantics: what the runtime must know about an ATen op, in one table.
 
 Most of it is read once per op overload from its schema (which arguments are tensors, which
-are written, which returns are views of which argument) and from its tags (random ops). What a
-schema does not say is written down here, in one table filled by :func:`register`, which
-refuses duplicates: hidden mutation (batch norm's running statistics), ops whose outputs are
+are written, which returns are views of which argument), from its tags and namespace (random
+ops). What a schema does not say is written down here, in one table filled by :func:`register`,
+which refuses duplicates: hidden mutation (batch norm's running statistics), ops whose outputs are
 never evicted, and ops the runtime refuses. The dispatch path reads the resulting
 :class:`OpInfo` and has no op-specific branches.
 
@@ -16,8 +16,19 @@ never evicted, and ops the runtime refuses. The dispatch path reads the resultin
 #    a plain tensor is mutated for real and replays mutate a snapshot instead.
 # 3. A return with a write annotation is the written argument itself: the caller's object is
 #    returned (autograd requires in-place ops to return their input).
-# 4. Random ops carry the tag ``nondeterministic_seeded``: their generator state is captured at
-#    first execution and replayed (NOTE [ RNG replay ] in recipe.py).
+# 4. An op is random (``OpInfo.random``: its generator states are captured at first execution
+#    and replayed, NOTE [ RNG replay ] in recipe.py) if it is not known to be deterministic:
+#    a. an ATen op tagged ``nondeterministic_seeded``;
+#    b. any op with a ``Generator`` argument (in torch 2.13 every ATen op of the dispatcher
+#       that takes one carries the tag too; the five without it, ``manual_seed.generator``,
+#       ``seed``, ``initial_seed``, ``_no_grad_normal_`` and ``_no_grad_uniform_``, are
+#       TorchScript builtins that never reach a dispatch mode: checked by a test);
+#    c. every op outside the ``aten`` and ``prims`` namespaces (``torch.library.custom_op``,
+#       external fused dropout and attention kernels): its body runs below the mode, so
+#       whatever it draws (``rand_like``, ``bernoulli_``, a ``Generator`` argument) is
+#       invisible to the runtime, and nothing tells a deterministic custom op from a random
+#       one. Such an op captures every generator it could draw from (``rng_defaults``).
+#    Decided once per overload here; the dispatch path reads the flags.
 # 5. Outputs of ops nondeterministic on CUDA (PyTorch's list, and the tag
 #    ``nondeterministic_bitwise``) are pinned there unless deterministic algorithms are on
 #    (NOTE [ Nondeterministic ops ] in nondeterministic.py): ``nondet``, decided per overload.
@@ -167,6 +178,18 @@ def _batch_norm_running_stats():
     although the schema does not mark them as written; a replay must not update them twice."""
 
 
+@register(aten._cudnn_rnn.default, hidden_mutation=(15,))
+@register(aten.miopen_rnn.default, hidden_mutation=(13,))
+def _rnn_dropout_state():
+    """With dropout in training, cuDNN's RNN draws its masks from ``dropout_state`` and
+    advances that buffer in place (6.5 MB for a 2-layer LSTM on an H100, torch 2.11), not
+    from a generator: NOTE [ RNG replay ] rule 5. Declared written (NOTE [ Op semantics ]
+    rule 2), a plain buffer is snapshotted before the op (6.5 MB of device memory the budget
+    does not count, per call) and each replay draws from a copy of the snapshot; a tracked
+    one (made inside the session) gets a new version. (MIOpen's is assumed to work the same
+    way.)"""
+
+
 @register(
     aten.set_.default,
     aten.set_.source_Storage,
@@ -285,6 +308,8 @@ class OpInfo:
     inert) applies: checked before tracking. ``inert``: the op takes no tensor and returns
     none (the profiler's ``record_function`` markers; NOTE [ What is tracked ] rule 6).
     ``several``: the op may read more than one tensor (a list argument counts as several).
+    ``random``: its generator states are captured and replayed (NOTE [ Op semantics ] rule
+    4); ``generators`` and ``rng_defaults`` say which (NOTE [ RNG replay ] rule 3).
     """
 
     func: torch._ops.OpOverload
@@ -311,6 +336,8 @@ class OpInfo:
     bump: tuple[int | str, ...] = ()  # written args whose version the session bumps (rule 11)
     alias: bool = False  # returns its argument, same geometry, reads nothing (rule 12)
     several: bool = True  # may read more than one tensor (NOTE [ Evicted inputs first ])
+    generators: tuple[int | str, ...] = ()  # positions (or names) of Generator arguments
+    rng_defaults: bool = False  # outside ATen: every default generator is captured (rule 4c)
     semantics: Semantics = field(default_factory=Semantics)
 
 
@@ -318,6 +345,9 @@ _CACHE: dict[object, OpInfo] = {}
 
 # Ops that return their argument as it is (NOTE [ Op semantics ] rule 12).
 _ALIASES = frozenset({"aten::detach", "aten::alias"})
+
+# Namespaces whose ops are known: random only as rule 4a/4b say (NOTE [ Op semantics ] 4c).
+_ATEN_NAMESPACES = frozenset({"aten", "prims"})
 
 # Ops whose result is uninitialized memory (NOTE [ What is tracked ] rule 5 in session.py).
 _UNINIT = frozenset(
@@ -354,6 +384,13 @@ def _kind(t) -> int:
     return OTHER
 
 
+def _is_generator(t) -> bool:
+    """Whether an argument of schema type ``t`` is a ``Generator`` (or ``Generator?``)."""
+    if isinstance(t, torch._C.OptionalType):
+        t = t.getElementType()
+    return str(t) == "Generator"
+
+
 def _composite(func) -> bool:
     """Whether ``func`` has a ``CompositeImplicitAutograd`` kernel (NOTE [ Op semantics ] 10)."""
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
@@ -362,10 +399,12 @@ def _composite(func) -> bool:
 def _analyze(func) -> OpInfo:
     schema = func._schema
     sem = _TABLE.get(func.name()) or _TABLE.get(schema.name) or Semantics()
-    args, written, alias_of, first_alias = [], [], {}, None
+    args, written, alias_of, first_alias, generators = [], [], {}, None, []
     for i, a in enumerate(schema.arguments):
         key = a.name if a.kwarg_only else i
         kind = _kind(a.type)
+        if _is_generator(a.type):
+            generators.append(key)
         if kind != OTHER:
             args.append((i, kind, a.name if a.kwarg_only else None))
         ai = a.alias_info
@@ -397,13 +436,14 @@ def _analyze(func) -> OpInfo:
     inert = not args and all(kind == OTHER for kind, _, _ in rets)
     alias = schema.name in _ALIASES and schema.overload_name == ""  # rule 12
     flat = tuple(i for i, _, _ in args) if all(k == ONE and n is None for _, k, n in args) else None
+    outside = schema.name.split("::", 1)[0] not in _ATEN_NAMESPACES  # rule 4c
     return OpInfo(
         func=func,
         name=str(func),
         args=tuple(args),
         written=tuple(written),
         rets=tuple(rets),
-        random=torch.Tag.nondeterministic_seeded in tags,
+        random=torch.Tag.nondeterministic_seeded in tags or bool(generators) or outside,
         fresh=any(k != OTHER and v is None and w is None for k, v, w in rets),
         nondet=_nondeterministic(func),
         inplace_view=inplace_view,
@@ -432,6 +472,8 @@ def _analyze(func) -> OpInfo:
         bump=tuple(written) if written and schema.name.startswith("aten::_foreach_") else (),
         alias=alias,
         several=len(args) > 1 or any(k != ONE for _, k, _ in args),
+        generators=tuple(generators),
+        rng_defaults=outside,
         semantics=sem,
     )
 

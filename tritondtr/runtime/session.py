@@ -99,7 +99,7 @@ from .errors import UnsupportedOpError
 from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
 from .nondeterministic import pins_nondeterministic
-from .oom import evict_for_retry, is_oom, rewind
+from .oom import evict_for_retry, is_oom
 from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
     BLANK,
@@ -112,6 +112,7 @@ from .recipe import (
     Storage,
     capture_rng,
     derive,
+    rewind_rng,
     run_recipe,
 )
 from .semantics import _CACHE, ONE, bump_versions, op_info
@@ -419,7 +420,7 @@ class Session:
             if info.overwrites and wrote:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
             core.begin(info.name)
-            rng = capture_rng(_device_of(pargs, pkw), pkw.get("generator")) if info.random else None
+            rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
             attempt = 0
             while True:
                 t0 = _now_ns()
@@ -435,7 +436,8 @@ class Session:
                             if inp.mode <= WRITE and inp.source.buf is not None:
                                 core.lock(inp.source.sid)
                                 locked.append(inp.source.sid)
-                    rewind(rng)
+                    if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
+                        rewind_rng(rng)
                     if not evict_for_retry(core, attempt):
                         raise
                     attempt += 1
@@ -749,8 +751,11 @@ def _any_wrapper(info, args, kwargs) -> bool:
 
 
 def _device_of(pargs, pkw) -> torch.device | None:
+    """The device a random op draws on (NOTE [ RNG replay ] rule 3)."""
+    d = pkw.get("device")
+    if d is not None:
+        return torch.device(d)
     for a in pargs:
         if isinstance(a, torch.Tensor):
             return a.device
-    d = pkw.get("device")
-    return torch.device(d) if d is not None else None
+    return None
