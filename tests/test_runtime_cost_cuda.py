@@ -265,7 +265,15 @@ def test_gradients_equal_eager_on_cuda(cost):
     with tritondtr.enable(budget=int(0.4 * peak), cost=cost) as s:
         loss = rt.unwrap(step().detach())
     assert s.stats.evictions > 0 and s.stats.rematerializations > 0
+    assert s.stats.recompute_s > 0 and s.clock is not None and not s.clock.pending  # device time
     assert s.timer is None or not s.timer.pending  # applied, at the latest at exit
     assert torch.equal(loss, ref_loss)
     for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):
         assert torch.equal(p.grad, q.grad), n
+
+
+@pytest.mark.gpu
+def test_events_on_a_cpu_session_is_a_clear_error_on_a_cuda_machine():
+    err = pytest.raises(ValueError, match=r"device is cpu: use cost='measured'")
+    with err, tritondtr.enable(cost="events"):
+        torch.ones(3, requires_grad=True).exp()

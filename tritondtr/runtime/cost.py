@@ -60,7 +60,8 @@
 #    (``Core.set_cost``: the engine's column and the bounded choice learn it as any cost
 #    change; a storage fused into a later version since keeps the sum it was fused with,
 #    and one forgotten since is skipped). Device time is what a recomputation costs, but
-#    not reproducible: two runs can decide differently, as under ``measured``. On a session
+#    not reproducible: two runs can decide differently, as under ``measured``; and where the
+#    GPU waits for the host (small ops), the events also span the host's launches. On a session
 #    whose device is the CPU, or without CUDA, it is a ValueError: use ``measured`` (exact
 #    there) or ``analytic``.
 """

@@ -483,9 +483,9 @@ class Session:
         """The session's device is known (its first tracked output's): the core's tables
         go there, the cost model is chosen (NOTE [ Cost models ] rule 8 in cost.py) and on
         CUDA the counters become device time (NOTE [ Device time ] in events.py)."""
-        self.core.start(device)
-        if self.cost_fn is _UNRESOLVED:
+        if self.cost_fn is _UNRESOLVED:  # first: ``events`` on a CPU device raises here
             self.cost_fn = resolve(self.config.cost, device)
+        self.core.start(device)
         if device.type == "cuda":
             self.clock = self.core.clock = DeviceClock(self.stats)
 
