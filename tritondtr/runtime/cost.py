@@ -61,7 +61,9 @@
 #    change; a storage fused into a later version since keeps the sum it was fused with,
 #    and one forgotten since is skipped). Device time is what a recomputation costs, but
 #    not reproducible: two runs can decide differently, as under ``measured``; and where the
-#    GPU waits for the host (small ops), the events also span the host's launches. On a session
+#    GPU waits for the host (small ops), the events also span the host's launches. A trace
+#    recorded under it holds the estimates (the times arrive later), so the twin's replay of
+#    it is not the run's (NOTE [ The twin ] rule 4 needs the run's costs). On a session
 #    whose device is the CPU, or without CUDA, it is a ValueError: use ``measured`` (exact
 #    there) or ``analytic``.
 """
