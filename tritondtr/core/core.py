@@ -272,8 +272,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.bw_admitted = False
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
-        # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
+        # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
         self.readers: dict[int, dict[int, None]] | None = (
             {} if budget is not None and not stress else None
         )
