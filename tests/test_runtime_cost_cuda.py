@@ -73,15 +73,17 @@ def test_h100_prices_a_matmul_at_its_dtype_rate(dtype, rate):
 
 
 def test_h100_reads_the_tf32_flags_when_the_model_is_chosen():
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    old = torch.backends.cuda.matmul.allow_tf32
     args, out = _mm(torch.float32)
     x, w = torch.ones(1, 3, 9, 9), torch.ones(4, 3, 3, 3)
     conv_args = (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
     conv_out = torch.nn.functional.conv2d(x, w)
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = False
-        fn = H100_SXM.with_flags()
+        # cudnn's flags are set through its context manager (others' tests may have
+        # disabled setting them globally)
+        with torch.backends.cudnn.flags(allow_tf32=False):
+            fn = H100_SXM.with_flags()
         torch.backends.cuda.matmul.allow_tf32 = False  # later changes do not reach fn
         assert fn.matmul_tf32 and not fn.conv_tf32
         fast = fn(aten.mm.default, args, {}, out)
@@ -93,7 +95,7 @@ def test_h100_reads_the_tf32_flags_when_the_model_is_chosen():
         assert fn(conv, conv_args, {}, conv_out) == fp32  # cudnn's flag was off
         assert H100_SXM(conv, conv_args, {}, conv_out) < fp32  # PyTorch's default: TF32
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def test_a_gpu_model_refuses_a_bad_rate():
