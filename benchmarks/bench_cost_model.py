@@ -19,19 +19,32 @@
 #    (``us_per_op``). The step's own noise on a shared box exceeds the models' price, so
 #    ``cost_fn_us_per_op`` times the cost function alone on every op of one step (op,
 #    arguments and outputs kept from a run; caches warm, as from the second step on).
+# 5. ``--twin`` (the CUDA default): each program's step is recorded once under the H100
+#    model (``cost=H100_SXM``), then replayed on the twin at ``TWIN_RATIOS`` of its peak with
+#    decisions made from three cost assignments of its ops: ``launch`` (10 us x U(0.8, 1.2),
+#    seed 0: what the host clock reads on CUDA, where every op's wall time is its launch),
+#    ``analytic-h100`` (the recorded H100 model) and ``truth``. Truth is not measurable on
+#    this CPU box: it is modelled as the H100 model times a lognormal error (sigma
+#    ``TRUTH_SIGMA``, seed 1; the model's own error, per op), so ``truth`` is the oracle
+#    assignment, ``analytic-h100`` the model with that error. Every schedule's
+#    recomputations are priced in truth's units (a fused version: the sum of its ops'
+#    truths, as the core sums its costs) and reported as % of the step's truth compute.
 
 examples:
   python benchmarks/bench_cost_model.py                 # ~5 min on 2 CPU cores
+  python benchmarks/bench_cost_model.py --twin          # the CUDA default, ~2 min
   python benchmarks/bench_cost_model.py --models gru,gpt --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -39,12 +52,20 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import zoo  # noqa: E402
-from bench_sim_twin import _gru_step as gru_step  # noqa: E402  (the same GRU loop)
 from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
+from recorded import gru_step  # noqa: E402  (the same GRU loop: NOTE [ Recorded steps ])
 
 import tritondtr  # noqa: E402
-from tritondtr.runtime import AnalyticCost, BudgetError, CostModel  # noqa: E402
+from tritondtr.core import BudgetError as CoreBudgetError  # noqa: E402
+from tritondtr.core import Core, ThrashError  # noqa: E402
+from tritondtr.runtime import (  # noqa: E402
+    H100_SXM,
+    AnalyticCost,
+    BudgetError,
+    CostModel,
+)
 from tritondtr.runtime.cost import price, resolve  # noqa: E402
+from tritondtr.sim import twin  # noqa: E402
 
 RATIOS = (0.7, 0.5, 0.3)
 
@@ -206,6 +227,109 @@ def price_rows(rounds, env, device) -> list[Row]:
     return rows
 
 
+TWIN_RATIOS = (0.5, 0.3, 0.15)
+TRUTH_SIGMA = 0.5  # rule 5: the H100 model's error per op, lognormal
+TWIN_PROGRAMS = ("gpt", "lstm", "mlp", "cnn", "treelstm", "gru")
+
+
+class _PricedCore(Core):
+    """A twin core that also keeps each storage's truth cost (rule 5): the op in flight's
+    (``op_truth``), plus, for a fused version, the truths of the versions it absorbed."""
+
+    truth: list
+    op_truth = 0.0
+
+    def new(self, size, cost, inputs, name, pinned=False, backward=False, writes=-1, alone=True):
+        ab_before = set(self.absorbed)
+        fused = {i: self.truth[i] for i in (*inputs, writes) if i >= 0}
+        sid = super().new(size, cost, inputs, name, pinned, backward, writes, alone)
+        t = self.op_truth
+        t += sum(fused[i] for i in set(inputs) if i in ab_before)  # NOTE [ Fused versions ] 6
+        if writes >= 0 and writes in self.absorbed and writes not in ab_before:  # rule 1
+            t += fused[writes]
+        if sid >= len(self.truth):
+            self.truth.extend([0.0] * (sid + 1 - len(self.truth)))
+        self.truth[sid] = t
+        return sid
+
+
+class _TruthCounter(twin._Counter):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.truth_remat = 0.0
+
+    def recompute(self, sid: int, consume: int = -1) -> None:
+        self.truth_remat += self.core.truth[sid]
+
+
+class _PricedTwin(twin._Twin):
+    def __init__(self, trace, core, device, truth) -> None:
+        super().__init__(trace, core, device)
+        self.truth_cost = truth
+
+    def _call(self, o: int) -> None:
+        self.core.op_truth = self.truth_cost[o]
+        return super()._call(o)
+
+
+def replay_priced(trace, decide: np.ndarray, truth: np.ndarray, budget: int) -> dict:
+    """The twin's replay (NOTE [ The twin ]) of ``trace`` with op costs ``decide``; its
+    recomputations priced by ``truth`` (rule 5)."""
+    counter = _TruthCounter()
+    core = _PricedCore(budget, "dtr_eq", counter, backend="torch")
+    core.truth = []
+    counter.core = core
+    run = _PricedTwin(dataclasses.replace(trace, op_cost=decide), core, torch.device("cpu"), truth)
+    status = "ok"
+    try:
+        run.run(None)
+    except ThrashError:
+        status = "thrash"
+    except CoreBudgetError:
+        status = "oom"
+    return {"truth_remat": counter.truth_remat, "remats": core.stats.rematerializations,
+            "status": status}  # fmt: skip
+
+
+def twin_rows(programs, scale, env) -> list[Row]:
+    rows = []
+    for name in programs:
+        step = gru_step() if name == "gru" else zoo_step(name, scale)
+        step()  # warm up
+        with tritondtr.trace(cost=H100_SXM) as rec:
+            step()
+        tr = rec.trace
+        peak = rec.stats.peak_bytes
+        ops = ~tr.is_constant_op()
+        h100 = tr.op_cost.copy()
+        truth = h100 * np.random.default_rng(1).lognormal(0.0, TRUTH_SIGMA, h100.shape)
+        launch = 1e4 * np.random.default_rng(0).uniform(0.8, 1.2, h100.shape)
+        compute = float(truth[ops].sum())
+        for r in TWIN_RATIOS:
+            budget = int(r * peak)
+            for cname, decide in (("launch", launch), ("analytic-h100", h100), ("truth", truth)):
+                got = replay_priced(tr, decide, truth, budget)
+                pct = 100.0 * got["truth_remat"] / compute
+                rows.append(
+                    Row.of(
+                        "remat_pct_of_compute",
+                        cname,
+                        int(ops.sum()),
+                        Stats.of([pct]),
+                        "%",
+                        device="twin (simulated H100 costs); CPU host: " + describe_device("cpu"),
+                        env=env,
+                        params=(
+                            f"program={name};scale={scale};ratio={r};budget={budget};"
+                            f"remats={got['remats']};truth_sigma={TRUTH_SIGMA}"
+                        ),
+                        note=got["status"],
+                    )
+                )
+                print(f"{name:9} {r:5} {cname:14} {pct:8.2f} % {got['remats']:6} {got['status']}")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="gru,mlp,cnn,gpt,lstm,treelstm")
@@ -214,9 +338,16 @@ def main(argv=None) -> int:
     ap.add_argument("--price-rounds", type=int, default=15, help="price rounds (default: 15)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--tag", default="cpu-2core-1thread")
+    ap.add_argument("--twin", action="store_true", help="the CUDA default study (rule 5)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     env, device = Env.capture(), describe_device("cpu")
+    if args.twin:
+        rows = twin_rows(TWIN_PROGRAMS, args.scale, env)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(rows, out / f"cost_model_cuda_default_{args.tag}.csv")
+        return 0
     rows = price_rows(args.price_rounds, env, device)
     for r in rows:
         print(f"{r.what:18} {r.params.split(';')[0]:18} {r.provider:13} {r.median:7.2f} us/op")

@@ -136,8 +136,8 @@ def test_a_callable_cost_is_scored_and_recorded():
     assert live and {core.cost[sid] / core.links.get(sid, 1) for sid in live} == {7.0}
 
 
-def test_measured_is_the_default_and_named_in_the_trace():
-    with tritondtr.trace() as rec:
+def test_measured_is_named_in_the_trace():
+    with tritondtr.trace(cost="measured") as rec:
         torch.randn(8, requires_grad=True).exp().sum().backward()
     assert rec.session.config.cost is CostModel.MEASURED
     assert rec.trace.meta["cost_model"] == "measured"

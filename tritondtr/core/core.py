@@ -297,6 +297,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.bw_admitted = False
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
+        self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
         # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
         self.readers: dict[int, dict[int, None]] | None = (
             {} if budget is not None and not stress else None
@@ -376,6 +377,18 @@ class Core(Evictor, Rematerializer, Anchors):
                 self.absorbed[p] = (self.inputs[p], self.cost[p], self.links.get(p, 1))
                 self.forget(p, absorbed=True)
         return sid
+
+    def set_cost(self, sid: int, cost: float) -> None:
+        """A new cost (ns) for live storage ``sid``: a measurement replacing the estimate it
+        was created with (NOTE [ Cost models ] rule 10 in runtime/cost.py). The engine and
+        its bounded choice learn it as any cost change (NOTE [ Bounded choice ] rule 2), and
+        the kept ancestor sums that count it are dropped (NOTE [ Unheld storages ] rule 6)."""
+        self.cost[sid] = cost
+        slot = self.eslot[sid]
+        if slot >= 0:
+            self.engine.set_cost(slot, cost)
+        if sid in self.anc_inside:
+            self.forget_ancestors(sid, False)
 
     def _fuse(self, inputs: tuple, cost: float, writes: int, alone: bool) -> tuple:
         """NOTE [ Fused versions ] for :meth:`new`: (parents, the parents whose reader count

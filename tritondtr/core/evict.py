@@ -157,15 +157,20 @@ class Evictor:
         if self.deferred:  # NOTE [ Deferred locks ] rule 2 in core.py
             self.lock_inputs()
         prof = _profiling()
-        t0 = time.perf_counter()
+        clock = self.clock  # NOTE [ Device time ] in runtime/events.py; rule 3: host tables
+        if clock is not None and self.engine.table.device.type == "cpu":
+            clock = None
+        t0 = time.perf_counter() if clock is None else clock.start()
         if prof:
             with torch.profiler.record_function("tritondtr::select"):
                 v = self._choose(first)
         else:
             v = self._choose(first)
-        st = self.stats
-        st.select_s += time.perf_counter() - t0
-        st.device_syncs = self.engine.table.device_syncs  # NOTE [ Decisions on the host ]
+        if clock is None:
+            self.stats.select_s += time.perf_counter() - t0
+        else:
+            clock.stop(t0, "select_s")
+        self.stats.device_syncs = self.engine.table.device_syncs  # NOTE [ Decisions on the host ]
         if v is None:
             if not self._unpin_backward():
                 return False

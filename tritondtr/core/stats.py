@@ -15,7 +15,9 @@ class CoreStats:
         evictions: storages evicted to meet the budget (not counting buffers freed because
             their last tensor died, see ``freed``).
         rematerializations: storages recomputed.
-        select_s: seconds spent choosing victims.
+        select_s: seconds spent choosing victims: wall clock, or the time of the clock the
+            runtime gives the core (``Core.clock``: device time on CUDA, NOTE [ Device time ]
+            in runtime/events.py).
         peak_bytes: the most bytes resident at once.
         resident_bytes: bytes resident now.
         freed: buffers freed because their last tensor died.

@@ -10,7 +10,7 @@ for. Op semantics live in :mod:`.semantics`, recipes and storages in :mod:`.reci
 
 from .api import enable
 from .config import RuntimeConfig
-from .cost import AnalyticCost, CostModel
+from .cost import H100_SXM, AnalyticCost, CostModel, GPUCost
 from .errors import BudgetError, CostError, StaleInputError, ThrashError, UnsupportedOpError
 from .session import Session
 from .stats import SessionStats
@@ -21,6 +21,8 @@ __all__ = [
     "RuntimeConfig",
     "CostModel",
     "AnalyticCost",
+    "GPUCost",
+    "H100_SXM",
     "Session",
     "SessionStats",
     "DTRTensor",

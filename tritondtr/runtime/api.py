@@ -24,7 +24,7 @@ def enable(
     debug: bool = False,
     never_evict: NeverEvict | None = None,
     pin_backward: bool = True,
-    cost: CostModel | CostFn | str = "measured",
+    cost: CostModel | CostFn | str = "auto",
     device: torch.device | str | None = None,
     table: TablePlace | str = "host",
 ) -> Session:
@@ -51,9 +51,12 @@ def enable(
         never_evict: ``fn(op_name, output) -> bool``; True pins that output.
         pin_backward: evict storages made by the backward pass only as a last resort.
         cost: what an op costs the heuristics (NOTE [ Cost models ] in runtime/cost.py):
-            ``"measured"`` (wall time of its first execution, ns), ``"analytic"`` (FLOPs and
-            bytes read and written on a nominal machine: the same decisions on every
-            machine; :class:`~tritondtr.runtime.AnalyticCost` for other constants), or a
+            ``"auto"`` (the default: ``measured`` on CPU, the H100 model on CUDA),
+            ``"measured"`` (wall time of its first execution, ns; on CUDA the launch only),
+            ``"analytic"`` (FLOPs and bytes read and written on a nominal machine on CPU, on
+            an H100 SXM on CUDA: the same decisions on every run;
+            :class:`~tritondtr.runtime.AnalyticCost` for other constants), ``"events"``
+            (CUDA only: the H100 model until CUDA events measured the op's kernels), or a
             callable ``fn(op, args, kwargs, out) -> float``, ns, finite and > 0, called once
             per op on plain tensors.
         device: the device whose outputs are tracked (``"cuda"``, ``"cuda:1"``, ``"cpu"``);

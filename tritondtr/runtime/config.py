@@ -47,10 +47,12 @@ class RuntimeConfig:
         never_evict: predicate ``fn(op_name, output) -> bool`` pinning outputs.
         pin_backward: storages created during the backward pass are evicted only when nothing
             else can be (NOTE [ Backward storages ] in core/evict.py).
-        cost: how an op is priced (NOTE [ Cost models ] in cost.py): ``"measured"`` (its
-            wall time), ``"analytic"`` (FLOPs and bytes on a nominal machine, the same
-            everywhere), or a callable ``fn(op, args, kwargs, out) -> float`` in ns;
-            normalized to a :class:`CostModel` or the callable.
+        cost: how an op is priced (NOTE [ Cost models ] in cost.py): ``"auto"``
+            (``measured`` on a CPU session, the H100 model on a CUDA one), ``"measured"``
+            (its wall time), ``"analytic"`` (FLOPs and bytes: a nominal machine on CPU, an
+            H100 SXM on CUDA, the same on every run), ``"events"`` (CUDA only: CUDA event
+            times of ops' first executions), or a callable ``fn(op, args, kwargs, out) ->
+            float`` in ns; normalized to a :class:`CostModel` or the callable.
         device: the device whose outputs are tracked (NOTE [ Session device ] in device.py);
             None: the first CUDA output's when CUDA is available, else the first output's.
         table: where the metadata table lives, ``host`` or ``device`` (:class:`TablePlace`).
@@ -63,7 +65,7 @@ class RuntimeConfig:
     debug: bool = False
     never_evict: NeverEvict | None = None
     pin_backward: bool = True
-    cost: CostModel | CostFn | str = "measured"
+    cost: CostModel | CostFn | str = "auto"
     device: torch.device | str | None = None
     table: TablePlace | str = "host"
 
@@ -118,6 +120,12 @@ class RuntimeConfig:
                     f"{[c.value for c in CostModel]} or a callable fn(op, args, kwargs, out) "
                     "-> float (ns)"
                 ) from None
+            if self.cost is CostModel.EVENTS and not torch.cuda.is_available():
+                raise ValueError(
+                    "cost='events' times ops with CUDA events, and CUDA is not available "
+                    f"(torch {torch.__version__}): use cost='measured' (exact on CPU: its ops "
+                    "are synchronous) or cost='analytic'"
+                )
         elif not callable(self.cost):
             raise ValueError(
                 f"cost must be {[c.value for c in CostModel]} or a callable fn(op, args, "

@@ -29,7 +29,43 @@
 #    wall-clock counters (``recompute_s``, ``select_s``) are statistics only. So under
 #    ``analytic`` or a deterministic callable, two runs make the same decisions.
 # 7. The quality of each model (recomputation time actually spent at equal budgets):
-#    docs/benchmarks.md, Cost models.
+#    docs/benchmarks.md, Cost models, and Cost models on CUDA.
+# 8. ``auto`` (the default) is ``measured`` on a CPU session and the H100 model (rule 9) on a
+#    CUDA session: a CPU op is synchronous, so its wall time is its compute time; a CUDA op
+#    returns once its kernels are queued, so its wall time is the launch (~10 us for every
+#    op), and an op that synchronizes inside (``nonzero``, boolean indexing, ``unique``,
+#    ``masked_select``) is charged the whole queued backlog; decisions then differ from run
+#    to run. The device is the session's (``Core.device``): the device of its first tracked
+#    output, so the model is chosen at the first op with a tensor output (priced by the
+#    device of that output) and kept from the first tracked one on. ``analytic`` is the
+#    nominal machine on CPU (rule 3) and the H100 model on CUDA.
+# 9. The H100 model (:data:`H100_SXM`, a :class:`GPUCost`): ``op_ns + flops / rate +
+#    bytes / bandwidth`` with NVIDIA's H100 SXM datasheet figures, dense (no sparsity):
+#    FP64 34 TFLOP/s (vector) and 67 TFLOP/s (tensor cores, matmuls and convolutions), FP32
+#    67 TFLOP/s, TF32 tensor cores 494.7 TFLOP/s, BF16 / FP16 tensor cores 989.4 TFLOP/s,
+#    INT8 tensor cores 1979 TOPS, HBM3 3.35 TB/s; ``op_ns`` 3 us, the floor of one eager op
+#    on a GPU (a launch and the smallest kernel). The rate is the op's dtype's (its first
+#    floating or integer tensor argument, else its output); a float32 matmul uses TF32 when
+#    ``torch.backends.cuda.matmul.allow_tf32`` is on, a float32 convolution when
+#    ``torch.backends.cudnn.allow_tf32`` is (PyTorch's defaults: off and on). The flags
+#    are read once, when the session chooses its model (rule 8), not per op: every storage
+#    of a step is then priced under the same rule whatever the program toggles later, and
+#    ranks that start alike decide alike. Only ratios matter (rule 1): another GPU with the
+#    same balance decides alike; the model is not a prediction of time.
+# 10. ``events`` (opt-in, CUDA sessions only): an op is first priced by the H100 model, and
+#    CUDA events recorded on the current stream around its first execution measure its
+#    kernels' time. The events are never waited for: the oldest pending ones are polled
+#    (``Event.query()``) at the end of every op, and once an op's end event completed, its
+#    elapsed time (ns, at least 1) replaces the estimate of each storage it created
+#    (``Core.set_cost``: the engine's column and the bounded choice learn it as any cost
+#    change; a storage fused into a later version since keeps the sum it was fused with,
+#    and one forgotten since is skipped). Device time is what a recomputation costs, but
+#    not reproducible: two runs can decide differently, as under ``measured``; and where the
+#    GPU waits for the host (small ops), the events also span the host's launches. A trace
+#    recorded under it holds the estimates (the times arrive later), so the twin's replay of
+#    it is not the run's (NOTE [ The twin ] rule 4 needs the run's costs). On a session
+#    whose device is the CPU, or without CUDA, it is a ValueError: use ``measured`` (exact
+#    there) or ``analytic``.
 """
 
 from __future__ import annotations
@@ -37,7 +73,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -45,17 +81,28 @@ import torch
 
 from .errors import CostError
 
-__all__ = ["AnalyticCost", "CostFn", "CostModel", "describe", "resolve", "price"]
+__all__ = [
+    "H100_SXM",
+    "AnalyticCost",
+    "CostFn",
+    "CostModel",
+    "GPUCost",
+    "describe",
+    "price",
+    "resolve",
+]
 
 CostFn = Callable[[torch._ops.OpOverload, tuple, dict, Any], float]
 """``fn(op, args, kwargs, out) -> float``: the cost of one op in ns (NOTE [ Cost models ] 4)."""
 
 
 class CostModel(str, Enum):
-    """The built-in cost models (NOTE [ Cost models ] rules 2 and 3)."""
+    """The built-in cost models (NOTE [ Cost models ] rules 2, 3, 8 and 10)."""
 
+    AUTO = "auto"
     MEASURED = "measured"
     ANALYTIC = "analytic"
+    EVENTS = "events"
 
 
 try:  # PyTorch's FLOP formulas (torch >= 2.1)
@@ -103,6 +150,111 @@ class AnalyticCost:
         if formula is not None:
             cost += flops(formula, op, args, kwargs, out) * self._ns_per_flop
         return cost
+
+
+@dataclass(frozen=True)
+class GPUCost:
+    """The analytic cost model of a named GPU (NOTE [ Cost models ] rule 9), in ns:
+    ``op_ns + flops / rate(dtype) + bytes / bytes_per_s``.
+
+    ``rate(dtype)`` is the tensor-core rate of the op's dtype for float64, float16,
+    bfloat16 and int8/uint8; for float32 the TF32 rate when the op's flag is on
+    (``matmul_tf32`` for matmuls and attention, ``conv_tf32`` for convolutions), else
+    ``fp32_flops_per_s``; any other dtype is priced at the float32 rate. Only ops with a
+    PyTorch FLOP formula (matmuls, convolutions, attention) have FLOPs; every other op costs
+    its bytes read and written plus ``op_ns``, as in :class:`AnalyticCost`.
+
+    Args:
+        name: the GPU, for :func:`describe`.
+        fp64_flops_per_s, fp32_flops_per_s, tf32_flops_per_s, half_flops_per_s,
+        int8_ops_per_s: dense rates per second (> 0).
+        bytes_per_s: memory bandwidth, bytes per second (> 0).
+        op_ns: fixed cost of any op in ns (> 0).
+        matmul_tf32, conv_tf32: whether float32 matmuls / convolutions run as TF32.
+    """
+
+    name: str
+    fp64_flops_per_s: float
+    fp32_flops_per_s: float
+    tf32_flops_per_s: float
+    half_flops_per_s: float
+    int8_ops_per_s: float
+    bytes_per_s: float
+    op_ns: float
+    matmul_tf32: bool = False
+    conv_tf32: bool = True
+
+    def __post_init__(self) -> None:
+        for f in _GPU_RATES:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < _INF:
+                raise ValueError(f"GPUCost.{f} must be a finite number > 0, got {v!r}")
+            object.__setattr__(self, f, float(v))
+        ns = {
+            torch.float64: 1e9 / self.fp64_flops_per_s,
+            torch.float16: 1e9 / self.half_flops_per_s,
+            torch.bfloat16: 1e9 / self.half_flops_per_s,
+            torch.int8: 1e9 / self.int8_ops_per_s,
+            torch.uint8: 1e9 / self.int8_ops_per_s,
+        }
+        fp32, tf32 = 1e9 / self.fp32_flops_per_s, 1e9 / self.tf32_flops_per_s
+        mm = {**ns, torch.float32: tf32 if self.matmul_tf32 else fp32}
+        conv = {**ns, torch.float32: tf32 if self.conv_tf32 else fp32}
+        object.__setattr__(self, "_ns_per_flop", (mm, conv, fp32))
+        object.__setattr__(self, "_ns_per_byte", 1e9 / self.bytes_per_s)
+
+    def with_flags(self) -> GPUCost:
+        """This GPU under the process's TF32 flags now (NOTE [ Cost models ] rule 9)."""
+        return replace(
+            self,
+            matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+            conv_tf32=bool(torch.backends.cudnn.allow_tf32),
+        )
+
+    def __call__(self, op, args, kwargs, out) -> float:
+        nbytes = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
+        cost = self.op_ns + nbytes * self._ns_per_byte
+        formula = _formula(op)
+        if formula is not None:
+            n = flops(formula, op, args, kwargs, out)
+            if n:
+                mm, conv, fp32 = self._ns_per_flop
+                table = conv if "convolution" in op.__name__ else mm
+                cost += n * table.get(_dtype(args, out), fp32)
+        return cost
+
+
+_GPU_RATES = (
+    "fp64_flops_per_s",
+    "fp32_flops_per_s",
+    "tf32_flops_per_s",
+    "half_flops_per_s",
+    "int8_ops_per_s",
+    "bytes_per_s",
+    "op_ns",
+)
+
+H100_SXM = GPUCost(
+    name="h100-sxm",
+    fp64_flops_per_s=67e12,
+    fp32_flops_per_s=67e12,
+    tf32_flops_per_s=494.7e12,
+    half_flops_per_s=989.4e12,
+    int8_ops_per_s=1979e12,
+    bytes_per_s=3.35e12,
+    op_ns=3000.0,
+)
+"""NVIDIA H100 SXM, datasheet figures, dense (NOTE [ Cost models ] rule 9)."""
+
+
+def _dtype(args, out):
+    """The dtype an op computes in: its first tensor argument's, else its output's."""
+    for a in args:
+        if isinstance(a, _Tensor):
+            return a.dtype
+    while type(out) in (list, tuple) and out:
+        out = out[0]
+    return out.dtype if isinstance(out, _Tensor) else None
 
 
 def _nbytes(values) -> int:
@@ -173,20 +325,39 @@ def flops(formula, op, args, kwargs, out) -> int:
 _ANALYTIC = AnalyticCost()
 
 
-def resolve(cost: CostModel | CostFn) -> CostFn | None:
-    """The function the session prices ops with; None for ``measured`` (the op's time)."""
-    if cost is CostModel.MEASURED:
+def resolve(cost: CostModel | CostFn, device: torch.device | None = None) -> CostFn | None:
+    """The function the session prices ops with on ``device``; None for ``measured`` (the
+    op's time). ``auto``, ``analytic`` and ``events`` depend on the device (NOTE [ Cost
+    models ] rules 8 to 10): without one (None) they resolve as on CPU. ``events`` resolves
+    to its estimate, the H100 model; on a CPU device it is a ValueError."""
+    gpu = device is not None and device.type == "cuda"
+    if cost is CostModel.MEASURED or (cost is CostModel.AUTO and not gpu):
         return None
-    if cost is CostModel.ANALYTIC:
-        return _ANALYTIC
+    if cost is CostModel.EVENTS and not gpu:
+        raise ValueError(
+            f"cost='events' times ops with CUDA events, but the session's device is "
+            f"{device}: use cost='measured' (exact on CPU: its ops are synchronous) or "
+            "cost='analytic'"
+        )
+    if isinstance(cost, CostModel):
+        return H100_SXM.with_flags() if gpu else _ANALYTIC
     return cost
 
 
-def describe(cost: CostModel | CostFn) -> str:
+def describe(cost: CostModel | CostFn, device: torch.device | None = None) -> str:
     """The cost model in words, for a trace's ``meta["cost_model"]``: ``measured``,
-    ``analytic`` (``analytic(...)`` with other constants), or ``callable:<module>.<name>``."""
-    if isinstance(cost, CostModel):
+    ``analytic`` (``analytic(...)`` with other constants), ``h100-sxm(matmul_tf32=...,
+    conv_tf32=...)``, ``events`` or ``callable:<module>.<name>``; ``auto`` and
+    ``analytic`` as resolved on ``device`` (the session's; None: not known yet)."""
+    if cost is CostModel.EVENTS:
         return cost.value
+    if isinstance(cost, CostModel):
+        if device is None and cost is CostModel.AUTO:
+            return cost.value
+        fn = resolve(cost, device)
+        return CostModel.MEASURED.value if fn is None else describe(fn)
+    if isinstance(cost, GPUCost):
+        return f"{cost.name}(matmul_tf32={cost.matmul_tf32}, conv_tf32={cost.conv_tf32})"
     if isinstance(cost, AnalyticCost):
         return "analytic" if cost == _ANALYTIC else repr(cost).replace("AnalyticCost", "analytic")
     name = getattr(cost, "__qualname__", None) or type(cost).__qualname__

@@ -115,8 +115,7 @@ def outputs(
 def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
     core, info, never = session.core, rec.info, session.config.never_evict
     if core.device is None:
-        core.start(o.device)
-        session.started(o.device)
+        session.start(o.device)
     outs = rec.outs = (*rec.outs, (r, j))
     pinned = (
         info.never_evict

@@ -93,9 +93,10 @@ from ..residency import EVICTED, FREE
 from . import boundary, plaindata
 from . import device as devices
 from .config import TablePlace
-from .cost import price, resolve
+from .cost import CostModel, price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
+from .events import DeviceClock, OpTimer
 from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
 from .nondeterministic import pins_nondeterministic
@@ -130,6 +131,8 @@ _TRACK = object()  # ``Session._special``: no rare case applied, track the op
 _autograd_node = torch._C._current_autograd_node  # NOTE [ What is tracked ] rule 4
 _inference_mode = torch.is_inference_mode_enabled  # ibid. rule 7
 _AccumulateGrad = torch._C._functions.AccumulateGrad
+_UNRESOLVED = object()  # ``Session.cost_fn`` until the session's device is known (NOTE
+# [ Cost models ] rule 8 in cost.py)
 
 
 class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
@@ -200,7 +203,14 @@ class Session:
         self.active = False
         self.closed = False
         self.debug, self.stress = config.debug, config.stress
-        self.cost_fn = resolve(config.cost)  # None: measured (NOTE [ Cost models ] in cost.py)
+        # None: measured (NOTE [ Cost models ] in cost.py); the device's model (rules 8-10)
+        self.cost_fn = _UNRESOLVED if isinstance(config.cost, CostModel) else config.cost
+        if config.cost is CostModel.MEASURED:
+            self.cost_fn = None
+        self.timer: OpTimer | None = None  # ``events``: NOTE [ Cost models ] rule 10
+        if config.cost is CostModel.EVENTS:
+            self.timer = OpTimer(self.core)
+        self.clock: DeviceClock | None = None  # NOTE [ Device time ] in events.py
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
         self.fsdp = FSDPWatch(weakref.proxy(self))  # NOTE [ FSDP2 ] (fsdp.py)
 
@@ -245,8 +255,7 @@ class Session:
         config, core = self.config, self.core
         dev = devices.concrete(config.device) if config.device is not None else None
         if dev is not None:
-            core.start(dev)
-            self.started(dev)
+            self.start(dev)
         where = dev or devices.default_device()
         if isinstance(config.budget, devices.MemoryShare):
             core.budget = config.budget.resolve(where)
@@ -255,11 +264,6 @@ class Session:
             devices.reset_peak(where)
             self._peak_device = where
             self.stats._peak_device = where
-
-    def started(self, device: torch.device) -> None:
-        """The session's device is fixed (NOTE [ Session device ] rule 4)."""
-        if device.type == "cuda":
-            self._streams = torch.cuda.default_stream(device)
 
     def _side_streams(self, inputs) -> None:
         """NOTE [ Side streams ]: after an op, its tracked inputs' buffers are recorded as used
@@ -303,7 +307,13 @@ class Session:
                 if p is not None:  # handed out while the budget still holds (evictions allowed)
                     self._on_grad(p)
         finally:
-            self.core.close()
+            try:
+                if self.timer is not None:  # NOTE [ Cost models ] rule 10: at exit, waited for
+                    self.timer.finish()
+            finally:
+                if self.clock is not None:  # NOTE [ Device time ] rule 2
+                    self.clock.finish()
+                self.core.close()
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -421,8 +431,11 @@ class Session:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
             core.begin(info.name)
             rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
+            timer = self.timer
             attempt = 0
             while True:
+                if timer is not None:  # NOTE [ Cost models ] rule 10
+                    timer.start()
                 t0 = _now_ns()
                 try:
                     out = func(*pargs, **pkw)
@@ -447,7 +460,12 @@ class Session:
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
             if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
-                cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
+                if self.cost_fn is _UNRESOLVED:
+                    cost = self._first_cost(info.func, pargs, pkw, out, cost)
+                else:
+                    cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
+                if timer is not None:
+                    timer.stop(cost)
             for sid in locked:
                 core.unlock(sid)
             locked.clear()
@@ -509,7 +527,30 @@ class Session:
         st.ops += 1
         st.op_counts[info.name] += 1
         core.end()
+        if self.timer is not None:  # NOTE [ Cost models ] rule 10: apply what completed
+            self.timer.done()
         return out
+
+    def _first_cost(self, op, pargs, pkw, out, wall: float) -> float:
+        """NOTE [ Cost models ] rule 8: the cost of an op before the session has a device,
+        under a model that depends on it: the model of the op's output's device."""
+        device = _tensor_device(out)
+        if device is None:  # no tensor output: nothing of it is tracked
+            return wall
+        fn = resolve(self.config.cost, device)  # ValueError: ``events`` on a CPU device
+        return wall if fn is None else price(fn, op, tuple(pargs), pkw, out)
+
+    def start(self, device: torch.device) -> None:
+        """The session's device is known (``device=``, or its first tracked output's: NOTE [
+        Session device ] in device.py): the core's tables
+        go there, the cost model is chosen (NOTE [ Cost models ] rule 8 in cost.py) and on
+        CUDA the counters become device time (NOTE [ Device time ] in events.py)."""
+        if self.cost_fn is _UNRESOLVED:  # first: ``events`` on a CPU device raises here
+            self.cost_fn = resolve(self.config.cost, device)
+        self.core.start(device)
+        if device.type == "cuda":
+            self.clock = self.core.clock = DeviceClock(self.stats)
+            self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
 
     def _use_evicted(self, info, args, kwargs, locked: list[int]) -> None:
         """NOTE [ Evicted inputs first ] in core/core.py: the op's tracked inputs, in the
@@ -608,10 +649,13 @@ class Session:
             self.absorbed.append(self.storage(writes))
         s = Storage(buf, nbytes, sid, recipe, out, self.released)
         refs = self.storages
+        ref = weakref.ref(s)
         if sid < len(refs):
-            refs[sid] = weakref.ref(s)
+            refs[sid] = ref
         else:
-            refs.append(weakref.ref(s))
+            refs.append(ref)
+        if self.timer is not None:  # NOTE [ Cost models ] rule 10
+            self.timer.made(ref)
         return s
 
     def leaf_grad(self, o: torch.Tensor) -> bool:
@@ -653,7 +697,8 @@ class Session:
         s = self.storage(sid)
         rec = s.recipe
         src = self.storage(consume) if consume >= 0 else None
-        t0 = time.perf_counter()
+        clock = self.clock  # NOTE [ Device time ] in events.py
+        t0 = time.perf_counter() if clock is None else clock.start()
         attempt = 0
         while True:
             try:
@@ -668,7 +713,10 @@ class Session:
                 attempt += 1
         if src is not None:
             src.buf = None
-        self.stats.recompute_s += time.perf_counter() - t0
+        if clock is None:
+            self.stats.recompute_s += time.perf_counter() - t0
+        else:
+            clock.stop(t0, "recompute_s")
         if buf.untyped_storage().nbytes() != s.nbytes:  # NOTE [ Replay context ] rule 2
             raise AssertionError(
                 f"bug of tritondtr: recomputing {rec.info.name} gave a buffer of "
@@ -748,6 +796,13 @@ def _any_wrapper(info, args, kwargs) -> bool:
         elif any(type(t) in WRAPPER_TYPES for t in v):
             return True
     return False
+
+
+def _tensor_device(out) -> torch.device | None:
+    """The device of ``out``'s first tensor (an op's result), None if it has none."""
+    while type(out) in (list, tuple) and out:
+        out = out[0]
+    return out.device if isinstance(out, torch.Tensor) else None
 
 
 def _device_of(pargs, pkw) -> torch.device | None:

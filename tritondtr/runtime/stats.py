@@ -16,7 +16,8 @@ class SessionStats(CoreStats):
     rematerializations, peak and resident bytes, ...) and
 
     Attributes:
-        recompute_s: seconds spent recomputing (wall clock, host side).
+        recompute_s: seconds spent recomputing: wall clock on a CPU session, device time
+            (CUDA events) on a CUDA one (NOTE [ Device time ] in events.py).
         ops: ops dispatched (the user's, not recomputations).
         op_counts: per op name (``"aten.mm.default"``), ops dispatched.
         budget: the session's budget in bytes (None: unlimited), as its config says or as a

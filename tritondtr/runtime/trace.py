@@ -89,7 +89,7 @@ class Recording:
         meta = {
             "source": "tritondtr.trace",
             "cost_unit": "ns",
-            "cost_model": describe(cfg.cost),  # NOTE [ Cost models ]
+            "cost_model": describe(cfg.cost, core.device),  # NOTE [ Cost models ]
             "size_unit": "bytes",
             "torch": torch.__version__,
             "device": None if core.device is None else str(core.device),
@@ -122,7 +122,7 @@ def trace(
     debug: bool = False,
     never_evict: NeverEvict | None = None,
     pin_backward: bool = True,
-    cost: CostModel | CostFn | str = "measured",
+    cost: CostModel | CostFn | str = "auto",
     meta: dict | None = None,
     compress: bool = True,
 ) -> Recording:
