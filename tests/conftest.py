@@ -20,6 +20,17 @@ import torch
 torch.set_num_threads(int(os.environ.get("TRITONDTR_TEST_THREADS", "1")))
 
 
+@pytest.fixture(autouse=True)
+def _cpu_sessions_on_a_gpu_machine(request, monkeypatch):
+    """On a GPU machine, a test not marked ``gpu`` runs its sessions as on a CPU machine: they
+    track the CPU tensors those tests make (NOTE [ Session device ] rule 2 would have them
+    wait for a CUDA output)."""
+    if torch.cuda.is_available() and "gpu" not in request.keywords:
+        from tritondtr.runtime import device
+
+        monkeypatch.setattr(device, "cuda_available", lambda: False)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``@pytest.mark.gpu`` skip cleanly without CUDA."""
     if torch.cuda.is_available():

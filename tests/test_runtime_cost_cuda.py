@@ -277,5 +277,15 @@ def test_gradients_equal_eager_on_cuda(cost):
 @pytest.mark.gpu
 def test_events_on_a_cpu_session_is_a_clear_error_on_a_cuda_machine():
     err = pytest.raises(ValueError, match=r"device is cpu: use cost='measured'")
-    with err, tritondtr.enable(cost="events"):
+    with err, tritondtr.enable(cost="events", device="cpu"):
         torch.ones(3, requires_grad=True).exp()
+
+
+@pytest.mark.gpu
+def test_events_session_waits_past_cpu_ops_for_the_first_cuda_output():
+    """NOTE [ Session device ] rule 2: a CPU op first neither fixes the device nor prices its
+    output under ``events`` (that output stays plain)."""
+    with pytest.warns(UserWarning, match="on cpu"), tritondtr.enable(cost="events") as s:
+        torch.ones(3, requires_grad=True).exp()
+        torch.ones(3, device="cuda", requires_grad=True).exp()
+    assert s.core.device.type == "cuda"

@@ -224,3 +224,16 @@ def test_cuda_step_on_a_side_stream_is_exact():
     assert s._side_seen and s.stats.rematerializations > 0
     assert torch.equal(loss, ref_loss)
     assert all(torch.equal(p.detach(), r) for p, r in zip(case.model.parameters(), ref_params))
+
+
+def test_a_changed_precision_flag_refuses_the_replay():
+    """NOTE [ Precision flags ]: the check a CUDA session runs before every recomputation."""
+    start = devices.precision_flags()
+    devices.check_precision(start, "aten.mm.default")  # unchanged: nothing to say
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = not before
+    try:
+        with pytest.raises(RuntimeError, match=r"aten\.mm\.default.*allow_tf32.*before"):
+            devices.check_precision(start, "aten.mm.default")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

@@ -74,3 +74,47 @@ def test_a_refusal_with_nothing_to_evict_propagates_from_a_recomputation():
         _FAIL["replays"] = 0
         assert torch.equal(rt.unwrap(y * 1), (x + 1) * 3)
     assert s.stats.rematerializations > 0
+
+
+_REFUSE = {"left": 0}
+
+
+@torch.library.custom_op("tritondtr_test::refused_first", mutates_args=())
+def _refused_first(x: torch.Tensor) -> torch.Tensor:
+    if _REFUSE["left"] > 0:
+        _REFUSE["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x + 1
+
+
+@torch.library.custom_op("tritondtr_test::refused_write_", mutates_args=("x",))
+def _refused_write_(x: torch.Tensor) -> None:
+    x.add_(1)  # half of the work is done ...
+    if _REFUSE["left"] > 0:
+        _REFUSE["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")  # ... then refused
+
+
+def test_a_refusal_before_anything_is_tracked_is_the_allocators_error():
+    """Review finding: the first op of a session refused by the allocator raised
+    AttributeError (no engine yet) instead of the allocator's error."""
+    x = torch.randn(10)
+    _REFUSE["left"] = 1
+    refused = pytest.raises(torch.OutOfMemoryError, match="raised by the test")
+    with refused, rt.enable(budget="1GiB"):
+        torch.ops.tritondtr_test.refused_first(x)
+
+
+def test_an_op_that_writes_its_argument_is_not_retried():
+    """NOTE [ Out-of-memory fallback ] rule 1: an in-place op may have applied part of its
+    write before the refusal; a retry would apply it twice."""
+    x = torch.randn(1000)
+    with rt.enable(budget="1MiB") as s:
+        a = x * 2
+        others = [x * k for k in range(4)]  # victims a retry could evict
+        s.evict_all()
+        others = [o * 1 for o in others]
+        _REFUSE["left"] = 1
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ops.tritondtr_test.refused_write_(a)
+    assert _REFUSE["left"] == 0

@@ -42,8 +42,9 @@ _NAN = np.float32(np.nan)
 
 # NOTE [ Private stream ]
 # 1. A CUDA table does all its device work (full copies, flushes, scorings, selections) on a
-#    stream of its own, made with the table, under the device guard of its device. Nothing of
-#    it waits for the kernels the program queued on its streams, nor delays them.
+#    stream of its own, made with the table at high priority (its small kernels start ahead
+#    of queued ones), under the device guard of its device. Nothing of it waits for the
+#    kernels the program queued on its streams (but see rule 5).
 # 2. Its columns are allocated while that stream is current, so the caching allocator hands
 #    their blocks out again only after the stream's work that used them.
 # 3. A selection copies its victims into a pinned host buffer the table keeps (grown by
@@ -56,7 +57,10 @@ _NAN = np.float32(np.nan)
 # 5. What the table hands the caller on the device (``columns``, ``score``) is made safe on
 #    the caller's current stream: that stream waits for the private one (on the device, the
 #    host does not block), and a tensor made on the private stream is recorded as used by the
-#    caller's stream, so its memory is not reused under it.
+#    caller's stream, so its memory is not reused under it. After ``columns`` handed the
+#    columns out, the next device work of the table first waits for the caller's stream
+#    (its reads must end before a flush rewrites them); the runtime's decisions never take
+#    the columns, so they never wait for the program's kernels.
 
 # NOTE [ Evictable size ]
 # 1. ``evictable_size`` is derived, never written by a caller: float32(size) where state is
@@ -133,7 +137,10 @@ class MetadataTable:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self._zero_copy = self.device.type == "cpu"
         # rules of NOTE [ Private stream ]
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._stream = (
+            torch.cuda.Stream(self.device, priority=-1) if self.device.type == "cuda" else None
+        )
+        self._lent = False  # rule 5: columns handed out since the last device work
         self._staging: torch.Tensor | None = None  # pinned [n, 6] int64 (rule 4)
         self._staged: torch.cuda.Event | None = None  # the last copy from it
         self._victims: torch.Tensor | None = None  # pinned int64 (rule 3)
@@ -403,6 +410,7 @@ class MetadataTable:
         self.flush()
         if self._stream is not None:
             _handed_over(self._stream, self._dev.values())
+            self._lent = True
         return dict(self._dev)
 
     def score(
@@ -531,6 +539,9 @@ class _PrivateStream:
     def __init__(self, table: MetadataTable) -> None:
         self._guard = torch.cuda.device(table.device)
         self._stream = torch.cuda.stream(table._stream)
+        if table._lent:  # rule 5: the caller may still read the columns it was handed
+            table._lent = False
+            table._stream.wait_stream(torch.cuda.current_stream(table.device))
 
     def __enter__(self) -> None:
         self._guard.__enter__()

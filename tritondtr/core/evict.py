@@ -154,6 +154,8 @@ class Evictor:
         """Evict the engine's next victim; False if nothing is evictable. ``first``: the
         first eviction of a :meth:`make_room` (NOTE [ One victim first ])."""
         self.sync()
+        if self.engine is None:  # nothing tracked yet (no device): nothing to evict
+            return False
         if self.deferred:  # NOTE [ Deferred locks ] rule 2 in core.py
             self.lock_inputs()
         prof = _profiling()

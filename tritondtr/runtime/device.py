@@ -17,9 +17,11 @@
 
 # NOTE [ Memory share budgets ]
 # 1. ``budget="auto"`` is 90 % of the device memory free at entry; ``budget="P%"`` (0 < P <=
-#    100) is P % of it. Free memory is ``torch.cuda.mem_get_info`` of the session's device on
-#    CUDA (the driver's free bytes: other processes and this one's allocator cache both
-#    count as used) and ``MemAvailable`` of /proc/meminfo on a CPU.
+#    100) is P % of it. Free memory is, on CUDA, the driver's free bytes of the session's
+#    device (``torch.cuda.mem_get_info``: other processes count as used) plus what this
+#    process's caching allocator holds unused (reserved - allocated): it is free to this
+#    process, and without it a session per step would see the last step's cached blocks as
+#    taken and shrink its budget step after step. On a CPU, ``MemAvailable`` of /proc/meminfo.
 # 2. The 10 % headroom of ``auto`` is for what the budget does not count and the step still
 #    allocates: parameter gradients, optimizer state made at the first step, the outputs of
 #    the op in flight (NOTE [ Budget accounting ] in core/core.py), the allocator's rounding
@@ -52,6 +54,24 @@
 #    no-op of the allocator.
 # 3. Until then nothing is recorded: a program on the default stream pays nothing but one
 #    stream query per op on CUDA.
+# 4. A recomputation on a side stream records its recipe's inputs the same way, and the
+#    default stream then waits for it (on the device): the program synchronized its streams
+#    before the recomputation existed, so a later reader on the default stream must not see
+#    the buffer before the replay wrote it.
+
+# NOTE [ Precision flags ]
+# 1. On CUDA the bits of a matmul or a convolution depend on process-wide flags: TF32 for
+#    matmuls (``torch.backends.cuda.matmul.allow_tf32``, ``set_float32_matmul_precision``)
+#    and convolutions (``torch.backends.cudnn.allow_tf32``), and the reduced-precision
+#    reductions of fp16 / bf16 matmuls. A replay under other flags than its first execution
+#    gives other bits.
+# 2. A CUDA session reads them when it starts and, before every recomputation, checks that
+#    they are unchanged; if not, the recomputation is refused with an error that names the
+#    flags (a silent wrong gradient is the one result the runtime must never give). Set them
+#    before ``enable``. Reading them per op to replay each op under its own flags would cost
+#    every op of every CUDA session; a change inside a session is rare.
+# 3. Not covered: flags changed and changed back between an op and its replay (the op ran
+#    under the other flags, the check sees the first ones again).
 """
 
 from __future__ import annotations
@@ -148,10 +168,16 @@ def concrete(device: torch.device) -> torch.device:
     return torch.device("cuda", index)
 
 
+def cuda_available() -> bool:
+    """Whether CUDA is available, as the session's device rule reads it (NOTE [ Session
+    device ] rule 2); the CPU tests on a GPU machine set it to False."""
+    return torch.cuda.is_available()
+
+
 def default_device() -> torch.device:
     """The device a session without ``device=`` will most likely take (NOTE [ Memory share
     budgets ] rule 3)."""
-    if torch.cuda.is_available():
+    if cuda_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -160,7 +186,8 @@ def free_bytes(device: torch.device) -> int:
     """Free memory on ``device`` now, in bytes (NOTE [ Memory share budgets ] rule 1)."""
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free) + int(cached)  # the allocator's cache is this process's to reuse
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -211,3 +238,29 @@ def device_peak(device: torch.device | None) -> int | None:
     if device is None or device.type != "cuda":
         return None
     return int(torch.cuda.max_memory_allocated(device))
+
+
+def precision_flags() -> tuple:
+    """NOTE [ Precision flags ] rule 1: the flags that change a CUDA matmul's or conv's bits."""
+    m = torch.backends.cuda.matmul
+    return (
+        ("torch.backends.cuda.matmul.allow_tf32", bool(m.allow_tf32)),
+        ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision()),
+        ("torch.backends.cudnn.allow_tf32", bool(torch.backends.cudnn.allow_tf32)),
+        ("allow_fp16_reduced_precision_reduction", m.allow_fp16_reduced_precision_reduction),
+        ("allow_bf16_reduced_precision_reduction", m.allow_bf16_reduced_precision_reduction),
+    )
+
+
+def check_precision(at_start: tuple, op: str) -> None:
+    """NOTE [ Precision flags ] rule 2: raise if a flag changed since the session started."""
+    now = precision_flags()
+    if now != at_start:
+        changed = ", ".join(
+            f"{name}: {a!r} -> {b!r}" for (name, a), (_, b) in zip(at_start, now) if a != b
+        )
+        raise RuntimeError(
+            f"tritondtr: cannot recompute {op}: CUDA precision flags changed inside the "
+            f"session ({changed}), so its replay would give other bits than its first run. "
+            "Set these flags before tritondtr.enable(...) and leave them during the session."
+        )

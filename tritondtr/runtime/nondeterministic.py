@@ -35,6 +35,12 @@
 #    In-place versions ] rule 1); it is evicted with its recipe, and a storage that read it,
 #    recomputed later, replays the op (``y = x + 1`` after ``x.index_add_(...)``, then
 #    ``x.mul_(2)``, and ``y`` evicted). ``never_evict`` outputs share this limit.
+# 6. Beyond the docstring's lists, the backwards of the fused attention kernels are listed:
+#    memory-efficient attention's backward splits keys and adds with atomics by default (its
+#    kernel warns "Memory Efficient attention defaults to a non-deterministic algorithm"),
+#    and flash attention's backward accumulates dq with atomics unless deterministic
+#    algorithms are on. Hugging Face models use ``sdpa`` by default, so their dq / dk / dv
+#    would otherwise be evictable and replayed with other bits.
 """
 
 from __future__ import annotations
@@ -131,6 +137,13 @@ NONDETERMINISTIC_CUDA = frozenset(
         # torch.cumsum (every dtype, rule 3)
         "aten::cumsum",
         "aten::cumsum_",
+        # Not in the docstring (rule 6): the fused attention backwards (scaled_dot_product_
+        # attention differentiated), which accumulate with atomics on CUDA
+        "aten::_scaled_dot_product_efficient_attention_backward",
+        "aten::_scaled_dot_product_flash_attention_backward",
+        "aten::_scaled_dot_product_cudnn_attention_backward",
+        "aten::_efficient_attention_backward",
+        "aten::_flash_attention_backward",
     }
 )
 

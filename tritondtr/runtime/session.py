@@ -184,11 +184,12 @@ class Session:
             stats=self.stats,
             table_device="cpu" if config.table is TablePlace.HOST else None,
         )
-        self._cuda = torch.cuda.is_available()  # NOTE [ Session device ] rule 2
+        self._cuda = devices.cuda_available()  # NOTE [ Session device ] rule 2
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
         self._peak_device: torch.device | None = None  # NOTE [ Device peak ]
         self._streams: torch.cuda.Stream | None = None  # NOTE [ Side streams ]: default
         self._side_seen = False
+        self._precision: tuple | None = None  # NOTE [ Precision flags ]: CUDA sessions
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
         self.released: list[int] = []  # rule 3: sids
@@ -311,9 +312,11 @@ class Session:
                 if self.timer is not None:  # NOTE [ Cost models ] rule 10: at exit, waited for
                     self.timer.finish()
             finally:
-                if self.clock is not None:  # NOTE [ Device time ] rule 2
-                    self.clock.finish()
-                self.core.close()
+                try:
+                    if self.clock is not None:  # NOTE [ Device time ] rule 2
+                        self.clock.finish()
+                finally:
+                    self.core.close()
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -441,8 +444,8 @@ class Session:
                     out = func(*pargs, **pkw)
                     break
                 except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
-                    if not core.evicting or not is_oom(e):
-                        raise
+                    if not core.evicting or info.written or not is_oom(e):
+                        raise  # rule 1: a write may have been applied in part
                     if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
                         core.sync()
                         for inp in inputs:
@@ -535,8 +538,8 @@ class Session:
         """NOTE [ Cost models ] rule 8: the cost of an op before the session has a device,
         under a model that depends on it: the model of the op's output's device."""
         device = _tensor_device(out)
-        if device is None:  # no tensor output: nothing of it is tracked
-            return wall
+        if device is None or not devices.tracks(None, self._cuda, device):
+            return wall  # nothing of it is tracked (NOTE [ Session device ] rule 2)
         fn = resolve(self.config.cost, device)  # ValueError: ``events`` on a CPU device
         return wall if fn is None else price(fn, op, tuple(pargs), pkw, out)
 
@@ -551,6 +554,7 @@ class Session:
         if device.type == "cuda":
             self.clock = self.core.clock = DeviceClock(self.stats)
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
+            self._precision = devices.precision_flags()  # NOTE [ Precision flags ]
 
     def _use_evicted(self, info, args, kwargs, locked: list[int]) -> None:
         """NOTE [ Evicted inputs first ] in core/core.py: the op's tracked inputs, in the
@@ -697,6 +701,10 @@ class Session:
         s = self.storage(sid)
         rec = s.recipe
         src = self.storage(consume) if consume >= 0 else None
+        if self._precision is not None:  # NOTE [ Precision flags ] rule 2
+            devices.check_precision(self._precision, rec.info.name)
+        if self._side_seen:  # NOTE [ Side streams ] rule 4
+            self._side_streams(rec.inputs)
         clock = self.clock  # NOTE [ Device time ] in events.py
         t0 = time.perf_counter() if clock is None else clock.start()
         attempt = 0
@@ -713,6 +721,10 @@ class Session:
                 attempt += 1
         if src is not None:
             src.buf = None
+        if self._side_seen:  # NOTE [ Side streams ] rule 4: on the device, no host wait
+            cur = torch.cuda.current_stream(self.core.device)
+            if cur != self._streams:
+                self._streams.wait_stream(cur)
         if clock is None:
             self.stats.recompute_s += time.perf_counter() - t0
         else:
