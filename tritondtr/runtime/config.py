@@ -78,7 +78,7 @@ class RuntimeConfig:
                 b = parse_bytes(self.budget)
             except ValueError as e:
                 raise ValueError(
-                    f"budget: {e}; or 'auto' / 'P%' (a share of the free device memory), or "
+                    f"budget: {e}; 'auto' or 'P%' for a share of the free device memory; or "
                     "None to track without evicting"
                 ) from None
             object.__setattr__(self, "budget", b)
