@@ -40,6 +40,9 @@ compared (checkpoint runs in plain eager mode, as users run it).
 #    (no tracking, no choice). ``bound_vs_checkpoint`` above 1: no change to the eviction
 #    path or to the per-op bookkeeping can meet the target on that model; less recomputation
 #    or a dispatch path without Python wrappers would have to.
+# 7. On CUDA, ``device_peak`` rows: ``torch.cuda.max_memory_allocated`` over one more step of
+#    each run (everything the process held: parameters, gradients, optimizer state, the
+#    allocator's rounding), beside ``peak``, which is tritondtr's tracked accounting.
 
 examples:
   python benchmarks/bench_runtime_checkpoint.py               # ~2 min on 2 CPU cores
@@ -171,18 +174,14 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
             break
         budget -= max(stats[-1].peak_bytes - ckpt_peak, (ckpt_peak >> 8) << k >> 1)
     dtr_run, dtr_stats = under(plain, budget=budget)
-    timings = in_rounds(
-        {
-            "eager": plain,
-            "checkpoint": ckpt,
-            "tritondtr": dtr_run,
-            "wrapper-floor": inside(WrapperFloor, plain),
-            "not-binding": under(plain, budget=2 * eager_peak)[0],  # rule 6
-        },
-        args.device,
-        args.repeats,
-        args.max_time,
-    )  # timed in rounds
+    runs = {
+        "eager": plain,
+        "checkpoint": ckpt,
+        "tritondtr": dtr_run,
+        "wrapper-floor": inside(WrapperFloor, plain),
+        "not-binding": under(plain, budget=2 * eager_peak)[0],  # rule 6
+    }
+    timings = in_rounds(runs, args.device, args.repeats, args.max_time)  # timed in rounds
     peaks = {
         "eager": eager_peak,
         "checkpoint": ckpt_peak,
@@ -220,6 +219,25 @@ def bench_model(name: str, args, env: Env) -> list[Row]:
                 note=note if provider == "tritondtr" else "",
             )
         )
+    if args.device.startswith("cuda"):  # rule 7: what the device held, one more step each
+        for provider, fn in runs.items():
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            held = Stats.of([torch.cuda.max_memory_allocated()])
+            rows.append(
+                Row.of(
+                    "device_peak",
+                    provider,
+                    eager_peak,
+                    held,
+                    "bytes",
+                    device=dev,
+                    env=env,
+                    params=params,
+                )
+            )
     ratio = timings["tritondtr"].stats().median / timings["checkpoint"].stats().median
     rows.append(
         Row.of(
