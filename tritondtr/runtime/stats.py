@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..core.stats import CoreStats
+from ..units import format_bytes
 
 __all__ = ["SessionStats"]
 
@@ -20,6 +21,7 @@ class SessionStats(CoreStats):
             (CUDA events) on a CUDA one (NOTE [ Device time ] in events.py).
         ops: ops dispatched (the user's, not recomputations).
         op_counts: per op name (``"aten.mm.default"``), ops dispatched.
+        remat_counts: per op name, recomputations.
         budget: the session's budget in bytes (None: unlimited), as its config says or as a
             share resolved at entry (NOTE [ Memory share budgets ] in device.py); the stats do
             not point at the core (NOTE [ Session lifetime ] in session.py).
@@ -29,6 +31,7 @@ class SessionStats(CoreStats):
     recompute_s: float = 0.0
     ops: int = 0
     op_counts: Counter = field(default_factory=Counter)
+    remat_counts: Counter = field(default_factory=Counter)
 
     _config = None  # the session's RuntimeConfig, set by it; not a field (no annotation)
     _budget = None  # the budget in bytes, set at entry (a share resolved); not a field
@@ -53,3 +56,44 @@ class SessionStats(CoreStats):
 
             return device_peak(self._peak_device)
         return self._device_peak
+
+    def as_dict(self) -> dict[str, int | float | str | None]:
+        """The scalar counters by name (no per-op tables), for a logger: ``wandb.log``,
+        ``trainer.log``, a CSV row. Bytes in bytes, times in seconds."""
+        out: dict[str, int | float | str | None] = {"budget_bytes": self.budget}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (int, float, str)):
+                out[f.name] = v
+        out["device_peak_bytes"] = self.device_peak_bytes
+        return out
+
+    def __str__(self) -> str:
+        """A short table a person can read: ``print(session.stats)``."""
+        budget = "none" if self.budget is None else format_bytes(self.budget)
+        if self._config is not None:
+            h = self._config.heuristic
+            budget += f", heuristic {getattr(h, 'value', None) or getattr(h, 'name', h)}"
+        peak = format_bytes(self.peak_bytes)
+        if self.budget:
+            peak += f" ({self.peak_bytes / self.budget:.0%} of the budget)"
+        if self.device_peak_bytes is not None:
+            peak += f"   device: {format_bytes(self.device_peak_bytes)}"
+        rows = [
+            ("budget", budget),
+            ("peak (tracked)", peak),
+            ("ops", f"{self.ops:,}"),
+            ("evictions", f"{self.evictions:,}"),
+            ("rematerializations", f"{self.rematerializations:,}"),
+            ("recomputing", f"{self.recompute_s * 1e3:.1f} ms"),
+            ("deciding", f"{self.select_s * 1e3:.1f} ms, {self.device_syncs} device syncs"),
+        ]
+        if self.budget_errors:
+            rows.append(("budget errors", str(self.budget_errors)))
+        width = max(len(k) for k, _ in rows)
+        lines = ["tritondtr session"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+        top = self.remat_counts.most_common(5)
+        if top:
+            lines.append("  most recomputed ops:")
+            lines += [f"    {n:>6,}  {name}" for name, n in top]
+        return "\n".join(lines)
