@@ -424,24 +424,11 @@ class MetadataTable:
         """Scores of every slot, [capacity] on ``device`` (lowest is evicted first); the dtype
         is ``heuristic.score_dtype``. Non-candidates score +inf (or int64 max)."""
         self.flush()
+        kw = dict(backend=backend, seed=seed, clock_bounds=(self._clock_lo, self._clock_hi))
         if self._stream is None:
-            return policy.score(
-                heuristic,
-                self._dev,
-                now,
-                backend=backend,
-                seed=seed,
-                clock_bounds=(self._clock_lo, self._clock_hi),
-            )
+            return policy.score(heuristic, self._dev, now, **kw)
         with self._on_stream():
-            scores = policy.score(
-                heuristic,
-                self._dev,
-                now,
-                backend=backend,
-                seed=seed,
-                clock_bounds=(self._clock_lo, self._clock_hi),
-            )
+            scores = policy.score(heuristic, self._dev, now, **kw)
         _handed_over(self._stream, [scores])
         return scores
 
@@ -460,36 +447,20 @@ class MetadataTable:
         [ Private stream ] rule 3). Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
-        if self._stream is not None:
-            with self._on_stream():
-                ids = policy.select(
-                    heuristic,
-                    self._dev,
-                    now,
-                    k=k,
-                    backend=backend,
-                    seed=seed,
-                    clock_bounds=(self._clock_lo, self._clock_hi),
-                    host=False,
-                )
-                n = ids.numel()
-                if self._victims is None or self._victims.numel() < n:
-                    self._victims = torch.empty(max(n, 64), dtype=torch.int64, pin_memory=True)
-                out = self._victims[:n]
-                out.copy_(ids, non_blocking=True)
-                self._stream.synchronize()
-            self.device_syncs += 1
-            out = out.clone()
-            return out[out >= 0]
-        return policy.select(
-            heuristic,
-            self._dev,
-            now,
-            k=k,
-            backend=backend,
-            seed=seed,
-            clock_bounds=(self._clock_lo, self._clock_hi),
-        )
+        kw = dict(backend=backend, seed=seed, clock_bounds=(self._clock_lo, self._clock_hi))
+        if self._stream is None:
+            return policy.select(heuristic, self._dev, now, k=k, **kw)
+        with self._on_stream():
+            ids = policy.select(heuristic, self._dev, now, k=k, host=False, **kw)
+            n = ids.numel()
+            if self._victims is None or self._victims.numel() < n:
+                self._victims = torch.empty(max(n, 64), dtype=torch.int64, pin_memory=True)
+            out = self._victims[:n]
+            out.copy_(ids, non_blocking=True)
+            self._stream.synchronize()
+        self.device_syncs += 1
+        out = out.clone()
+        return out[out >= 0]
 
     # ---------------------------------------------------------------- debugging
     def check_invariants(self) -> None:
@@ -518,6 +489,8 @@ class MetadataTable:
             "invariant 6: evictable_size is not float32(size) for candidates and NaN elsewhere"
         )
         if not self._dirty and not self._grown:
+            if self._stream is not None:  # NOTE [ Private stream ]: its writes are done
+                self._stream.synchronize()
             for name in self.COLUMNS + self.DERIVED:
                 host, dev = torch.from_numpy(getattr(self, "host_" + name)), self._dev[name].cpu()
                 if name in self.DERIVED:  # bit for bit: its NaNs are not equal to themselves
