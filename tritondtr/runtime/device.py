@@ -30,8 +30,9 @@
 #    (``"70%"``) or a byte budget gives a run that never relies on it.
 # 3. The share is resolved once, at entry, when the device is known: a session whose device
 #    is not given and not yet fixed resolves it on the current CUDA device when CUDA is
-#    available (the device rule 2 will pick), else on the CPU. ``stats.budget`` is the bytes
-#    it resolved to.
+#    available (the device rule 2 will most likely pick; a program whose tensors live on
+#    another GPU than the current one names it, ``device="cuda:1"``), else on the CPU.
+#    ``stats.budget`` is the bytes it resolved to; NOTE [ Device peak ] reads the same device.
 
 # NOTE [ Device peak ]
 # On CUDA, a session resets the allocator's peak statistics of its device at entry and reads

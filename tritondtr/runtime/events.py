@@ -15,6 +15,8 @@ models ] rule 10 in cost.py) and the device time of recomputations and victim ch
 # 3. ``select_s`` is device time only for a table on the device (``enable(table="device")``):
 #    a decision on the host table (the default, NOTE [ Decisions on the host ] in
 #    core/core.py) is host work that launches nothing, so its wall time is what it costs.
+# 4. Events are recorded on the current stream of the session's device, not of the current
+#    device: a ``cuda:1`` session timed on device 0's stream would time the wrong GPU.
 """
 
 from __future__ import annotations
@@ -38,23 +40,32 @@ def cuda_event() -> torch.cuda.Event:
     return torch.cuda.Event(enable_timing=True)
 
 
+def _recorder(device: torch.device | None):
+    """``fn(event)``: record it on ``device``'s current stream (rule 4); without a device,
+    on the current device's (the tests' fake events)."""
+    if device is None:
+        return lambda ev: ev.record()
+    return lambda ev: ev.record(torch.cuda.current_stream(device))
+
+
 class DeviceClock:
     """NOTE [ Device time ]: sums the elapsed time of event pairs into ``stats.<field>``
     (seconds) as they complete."""
 
-    def __init__(self, stats, event: EventFactory = cuda_event) -> None:
+    def __init__(self, stats, event: EventFactory = cuda_event, device=None) -> None:
         self.stats = stats
         self.event = event
+        self.record = _recorder(device)
         self.pending: deque = deque()  # (start, end, field) in recording order
 
     def start(self):
         ev = self.event()
-        ev.record()
+        self.record(ev)
         return ev
 
     def stop(self, start, field: str) -> None:
         end = self.event()
-        end.record()
+        self.record(end)
         self.pending.append((start, end, field))
         self.poll()
 
@@ -90,23 +101,28 @@ class OpTimer:
     """NOTE [ Cost models ] rule 10: the event pairs of ops' first executions, applied to
     the core as they complete."""
 
-    def __init__(self, core, event: EventFactory = cuda_event) -> None:
+    def __init__(self, core, event: EventFactory = cuda_event, device=None) -> None:
         self.core = core
         self.event = event
+        self.record = _recorder(device)
         self.pending: deque[_Op] = deque()
         self.op: _Op | None = None  # the op in flight, once it ran
         self._start = None
 
+    def set_device(self, device: torch.device) -> None:
+        """The session's device is known: record there from now on (rule 4)."""
+        self.record = _recorder(device)
+
     def start(self) -> None:
         """Before the op's execution."""
         ev = self.event()
-        ev.record()
+        self.record(ev)
         self._start = ev
 
     def stop(self, estimate: float) -> None:
         """After it: ``estimate``, the cost its storages are created with."""
         end = self.event()
-        end.record()
+        self.record(end)
         self.op = _Op(self._start, end, estimate)
 
     def made(self, storage_ref) -> None:
