@@ -75,3 +75,17 @@ def test_an_empty_session_does_not_warn():
         warnings.simplefilter("error")
         with tritondtr.enable(budget="1GiB"), torch.no_grad():
             torch.ones(3)  # nothing tracked
+
+
+def test_the_warning_as_an_error_leaves_nothing_behind():
+    """A warnings filter that makes the never-bound warning an error raises it after the
+    session closed: nothing intercepted, a new session can start."""
+    peak = _peak()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="never bound"):
+            _run(budget=4 * peak)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    assert not _get_current_dispatch_mode_stack()
+    assert _run(budget=peak // 2).evictions > 0

@@ -250,6 +250,8 @@ class Session:
                 self.fsdp.close(freeze=exc[0] is None)  # NOTE [ FSDP2 ] rule 6
             finally:
                 self._close()
+        if exc[0] is None:  # after every cleanup: a warnings filter may make it an error
+            self._warn_if_never_bound()
         return False
 
     def _start_device(self) -> None:
@@ -279,7 +281,7 @@ class Session:
                 f"{format_bytes(self.stats.peak_bytes)} and nothing was evicted. To save memory, "
                 "give a budget below the peak (the tests use 50 % and 30 % of it); "
                 "budget=None measures it without this warning.",
-                stacklevel=4,
+                stacklevel=3,
             )
 
     def _side_streams(self, inputs) -> None:
@@ -308,7 +310,6 @@ class Session:
         return False
 
     def _close(self) -> None:
-        self._warn_if_never_bound()
         if self._peak_device is not None:  # NOTE [ Device peak ]: read once, at exit
             self.stats._device_peak = devices.device_peak(self._peak_device)
             self.stats._peak_device = None
@@ -562,9 +563,9 @@ class Session:
 
     def start(self, device: torch.device) -> None:
         """The session's device is known (``device=``, or its first tracked output's: NOTE [
-        Session device ] in device.py): the core's tables
-        go there, the cost model is chosen (NOTE [ Cost models ] rule 8 in cost.py) and on
-        CUDA the counters become device time (NOTE [ Device time ] in events.py)."""
+        Session device ] in device.py): the core starts there, the cost model is chosen (NOTE
+        [ Cost models ] rule 8 in cost.py), and on CUDA the counters become device time (NOTE
+        [ Device time ] in events.py) and the stream and precision rules start."""
         if self.cost_fn is _UNRESOLVED:  # first: ``events`` on a CPU device raises here
             self.cost_fn = resolve(self.config.cost, device)
         self.core.start(device)
