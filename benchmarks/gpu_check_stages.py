@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import torch
-from gpu_check import CheckFailed
+from gpu_check import CheckFailed, Skip
 
 import tritondtr
 from tritondtr.engine import Engine
@@ -50,6 +50,13 @@ def _deterministic(on: bool):
         yield
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+def _need_transformers() -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise Skip("transformers is not installed (pip install transformers)") from None
 
 
 def _gpt2(ctx, *, layers, width, heads, vocab, positions, dropout, attn="eager"):
@@ -149,6 +156,7 @@ def stage_gpu_tests(ctx) -> None:
 def stage_bitwise(ctx) -> None:
     """GPT-2 with dropout and AdamW, two steps, at 50 % and 30 % of the unlimited peak: every
     loss, parameter and gradient bit-equal to eager (NOTE [ GPU check ] rule 4)."""
+    _need_transformers()
     size = _gpt2_size(ctx)
     batch, seq = (2, 32) if ctx.tiny else (2, 512)
     for attn in ("eager", "sdpa"):
@@ -265,6 +273,7 @@ def stage_gpt2(ctx) -> None:
     checkpoint, not binding, 70 / 50 / 30 %, measured costs at 50 %, and a budget matched to
     checkpoint's device peak: step time, device peak, evictions, rematerializations,
     decisions, device syncs."""
+    _need_transformers()
     size = _gpt2_size(ctx)
     seq = size["positions"]
     batches = (2, 1) if ctx.tiny else (24, 16, 12, 8, 4, 2)

@@ -3,6 +3,7 @@ the command a GPU session runs cannot rot (NOTE [ GPU check ] in that script).""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -19,8 +20,9 @@ import gpu_check  # noqa: E402
 def test_every_stage_passes_tiny(tmp_path, capsys):
     rc = gpu_check.main(["--tiny", "--out", str(tmp_path)])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    bad = {r["stage"]: r["why"] for r in summary["stages"] if r["status"] != "ok"}
-    assert not bad, bad
+    ok = {"ok", "skipped"} if importlib.util.find_spec("transformers") is None else {"ok"}
+    bad = {r["stage"]: r["why"] for r in summary["stages"] if r["status"] not in ok}
+    assert not bad, bad  # without transformers the GPT-2 stages skip, saying why
     assert rc == 0
     stages = [r["stage"] for r in summary["stages"]]
     assert stages == [name for name, _, _ in gpu_check_stages().STAGES]
