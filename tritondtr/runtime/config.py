@@ -83,20 +83,9 @@ class RuntimeConfig:
                 ) from None
             object.__setattr__(self, "budget", b)
         object.__setattr__(self, "device", parse_device(self.device))
-        try:
-            object.__setattr__(self, "table", TablePlace(self.table))
-        except ValueError:
-            raise ValueError(
-                f"unknown table place {self.table!r}; expected one of "
-                f"{[t.value for t in TablePlace]}"
-            ) from None
+        object.__setattr__(self, "table", _member(TablePlace, self.table, "table place"))
         object.__setattr__(self, "heuristic", get_heuristic(self.heuristic))
-        try:
-            object.__setattr__(self, "backend", Backend(self.backend))
-        except ValueError:
-            raise ValueError(
-                f"unknown backend {self.backend!r}; expected one of {[b.value for b in Backend]}"
-            ) from None
+        object.__setattr__(self, "backend", _member(Backend, self.backend, "backend"))
         for name in ("stress", "debug", "pin_backward"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -136,3 +125,13 @@ class RuntimeConfig:
     def evicting(self) -> bool:
         """Whether anything is ever evicted (a budget, or stress)."""
         return self.budget is not None or self.stress
+
+
+def _member(enum: type[Enum], value, what: str):
+    """``enum(value)``, or a ValueError naming ``what`` and the expected values."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise ValueError(
+            f"unknown {what} {value!r}; expected one of {[m.value for m in enum]}"
+        ) from None
