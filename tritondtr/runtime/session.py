@@ -188,7 +188,6 @@ class Session:
         )
         self._cuda = devices.cuda_available()  # NOTE [ Session device ] rule 2
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
-        self._peak_device: torch.device | None = None  # NOTE [ Device peak ]
         self._streams: torch.cuda.Stream | None = None  # NOTE [ Side streams ]: default
         self._side_seen = False
         self._precision: tuple | None = None  # NOTE [ Precision flags ]: CUDA sessions
@@ -267,8 +266,7 @@ class Session:
         self.stats._budget = core.budget
         if where.type == "cuda":
             devices.reset_peak(where)
-            self._peak_device = where
-            self.stats._peak_device = where
+            self.stats._peak_device = where  # NOTE [ Device peak ]: the stats own it
 
     def _warn_if_never_bound(self) -> None:
         """A byte budget that never bound saved nothing: say so once, at exit, with the peak
@@ -310,9 +308,10 @@ class Session:
         return False
 
     def _close(self) -> None:
-        if self._peak_device is not None:  # NOTE [ Device peak ]: read once, at exit
-            self.stats._device_peak = devices.device_peak(self._peak_device)
-            self.stats._peak_device = None
+        st = self.stats
+        if st._peak_device is not None:  # NOTE [ Device peak ]: read once, at exit
+            st._device_peak = devices.device_peak(st._peak_device)
+            st._peak_device = None
         plaindata.uninstall()
         self.active, self.closed = False, True
         leaves = [ref() for ref, _ in self._hooks.values()]
