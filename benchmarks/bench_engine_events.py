@@ -50,7 +50,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
 import tritondtr  # noqa: E402
-from tritondtr.engine import Engine  # noqa: E402
+from tritondtr.engine.engine import Engine  # noqa: E402
 
 CALLS = (
     "new",

@@ -77,10 +77,10 @@ class Bench:
 
 
 def load(name: str, scale: int, device: str, batch: int) -> Bench:
-    """A zoo model (``tests/zoo.py``, at ``scale``) or ``gpt2-small`` (tritondtr.tinygpt's
+    """A zoo model (``tests/zoo.py``, at ``scale``) or ``gpt2-small`` (tritondtr.demo.tinygpt's
     TinyGPT with GPT-2 small's sizes on random tokens, ``batch`` x 1024)."""
     if name == "gpt2-small":
-        from tritondtr.tinygpt import TinyGPT, gpt2_small
+        from tritondtr.demo.tinygpt import TinyGPT, gpt2_small
 
         torch.manual_seed(0)
         config = gpt2_small()

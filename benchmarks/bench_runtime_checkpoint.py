@@ -90,7 +90,7 @@ class _Segmented(nn.Module):
 def load(name: str, scale: int, device: str, batch: int, checkpointed: bool):
     """(model, step) of one model, plain or checkpointed."""
     if name == "gpt":
-        from tritondtr.tinygpt import GPTConfig, TinyGPT
+        from tritondtr.demo.tinygpt import GPTConfig, TinyGPT
 
         torch.manual_seed(0)
         config = GPTConfig(block=128, width=128, layers=8, heads=4)
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=4,
         help="width scale of the zoo's mlp and "
-        "cnn (default: 4); gpt is tritondtr.tinygpt's TinyGPT, 8 layers, width 128, "
+        "cnn (default: 4); gpt is tritondtr.demo.tinygpt's TinyGPT, 8 layers, width 128, "
         "128 tokens; hf-gpt2: NOTE [ Checkpoint comparison ] rule 4",
     )
     p.add_argument("--batch", type=int, default=8, help="gpt batch (default: 8)")

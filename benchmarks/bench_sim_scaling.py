@@ -42,12 +42,12 @@ import numpy as np
 import torch
 from harness import Env, Row, Stats, describe_device, measure, plot_rows, read_csv, write_csv
 
+from tritondtr.engine.table import MetadataTable, SlotState
 from tritondtr.sim import generators as gen
 from tritondtr.sim.baseline import baseline
 from tritondtr.sim.program import compile_trace
 from tritondtr.sim.sampling import SampledEngine
 from tritondtr.sim.simulate import simulate
-from tritondtr.table import MetadataTable, SlotState
 
 OUT = Path(__file__).parent / "results"
 

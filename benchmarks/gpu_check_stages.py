@@ -17,7 +17,7 @@ import torch
 from gpu_check import CheckFailed, Skip
 
 import tritondtr
-from tritondtr.engine import Engine
+from tritondtr.engine.engine import Engine
 from tritondtr.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -426,7 +426,7 @@ def stage_latency(ctx) -> None:
     from scoring_baselines import synthetic_columns
 
     from tritondtr import policy
-    from tritondtr.table import MetadataTable
+    from tritondtr.engine.table import MetadataTable
 
     sizes = [1000] if ctx.tiny else [1000, 10_000, 100_000, 1_000_000]
     backend = "triton" if ctx.cuda else "torch"

@@ -11,8 +11,8 @@ models built from config, and the DTR authors' logs.
 #    from small configs (2 layers, hidden 64, 4 heads, vocabulary 512, batch 4 x 32 tokens,
 #    random init, CPU, eager attention), Adam. Without ``transformers`` they are skipped with
 #    a printed reason, never an error.
-# 4. ``tinygpt``: the demo's model (``tritondtr.tinygpt``, default config), batch 8, AdamW,
-#    its first step (NOTE [ The demo ] in tritondtr/demo.py trains it the same way).
+# 4. ``tinygpt``: the demo's model (``tritondtr.demo.tinygpt``, default config), batch 8, AdamW,
+#    its first step (NOTE [ The demo ] in tritondtr/demo/runs.py trains it the same way).
 # 5. The DTR authors' logs are read from ../shared/traces/dtr-prototype/ (never copied into
 #    the project); without that folder they are skipped with a printed reason.
 # 6. ``unet``: a U-Net of the authors' log's shape (``unet.log``: two conv / batch norm / ReLU
@@ -77,7 +77,7 @@ def gru_step() -> Step:
 
 def tinygpt_step() -> Step:
     """NOTE [ Recorded steps ] rule 4: one step of the demo's model."""
-    from tritondtr.tinygpt import GPTConfig, TinyGPT, batches
+    from tritondtr.demo.tinygpt import GPTConfig, TinyGPT, batches
 
     config = GPTConfig()
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """Baselines of the scoring benchmark: synthetic metadata, a numpy and a plain-Python selection.
 
-Both baselines implement NOTE [ Scoring rules ] (``tritondtr/scoring.py``) for k = 1 and every
-built-in heuristic. numpy computes in float32 in the twin's order, so its victim equals the
+Both baselines implement NOTE [ Scoring rules ] (``tritondtr/policy/scoring.py``) for k = 1 and
+every built-in heuristic. numpy computes in float32 in the twin's order, so its victim equals the
 twin's bit for bit. The Python loop computes in Python floats (float64), as the original DTR
 simulator does; its victim may differ from the twin's only where two scores are equal after
 rounding to float32.
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tritondtr import Heuristic, MetadataTable
-from tritondtr.scoring import RESIDENT_EVICTABLE, random_base
+from tritondtr.policy.scoring import RESIDENT_EVICTABLE, random_base
 
 __all__ = [
     "BYTES_READ",

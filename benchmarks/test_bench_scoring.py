@@ -27,7 +27,7 @@ from scoring_baselines import (
 )
 
 from tritondtr import Heuristic, MetadataTable, SlotState, policy
-from tritondtr.scoring import select_torch
+from tritondtr.policy.scoring import select_torch
 
 HEURISTICS = [h.value for h in Heuristic]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -1,7 +1,7 @@
 """Triton kernels of tritondtr, installed as ``tritondtr.kernels``.
 
 They import torch and triton and nothing of tritondtr; their torch twins (the specification)
-live in :mod:`tritondtr.scoring`. Design: docs/kernels.md.
+live in :mod:`tritondtr.policy.scoring`. Design: docs/kernels.md.
 
 * :func:`score`: scores of all slots, [N] float32 (int64 for ``lru`` and ``size``).
 * :func:`select`: the k lowest (score, slot) candidates in one launch, [k] int64, -1 padded.

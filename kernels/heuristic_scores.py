@@ -1,7 +1,7 @@
 """Heuristic scores of every slot: the per-tile scoring shared by all kernels, the ``score``
 kernel and the argument checks of every launcher.
 
-The formulas reproduce NOTE [ Scoring rules ] in ``tritondtr/scoring.py`` (the torch twins)
+The formulas reproduce NOTE [ Scoring rules ] in ``tritondtr/policy/scoring.py`` (the torch twins)
 bit for bit; this module only imports torch and triton.
 """
 

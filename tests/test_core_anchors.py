@@ -8,7 +8,7 @@ import torch
 from core_executor import Counting
 
 from tritondtr.core import BudgetError, Core
-from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.engine.residency import EVICTED, RESIDENT
 
 
 def chain(budget=None, stress=False, n=4, size=100):

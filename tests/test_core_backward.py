@@ -7,7 +7,7 @@ import torch
 from core_executor import Counting
 
 from tritondtr.core import Core
-from tritondtr.residency import EVICTED, EXTERNAL, RESIDENT
+from tritondtr.engine.residency import EVICTED, EXTERNAL, RESIDENT
 
 
 def _core(budget: int, admitted: bool = False):

@@ -15,7 +15,7 @@ import torch
 from core_executor import Counting
 
 from tritondtr.core import BudgetError, Core
-from tritondtr.residency import EVICTED, EXTERNAL, RESIDENT
+from tritondtr.engine.residency import EVICTED, EXTERNAL, RESIDENT
 
 
 def _program(seed: int, heuristic: str, steps: int = 250) -> Core:

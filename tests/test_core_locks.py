@@ -9,7 +9,7 @@ import torch
 from core_executor import Counting
 
 from tritondtr.core import BudgetError, Core
-from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.engine.residency import EVICTED, RESIDENT
 
 
 def _core(budget: int):

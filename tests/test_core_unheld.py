@@ -11,7 +11,7 @@ from core_executor import Counting
 import tritondtr
 from tritondtr.core import Core
 from tritondtr.core.evict import Evictor
-from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.sim import runtime_peak
 from tritondtr.sim.twin import replay_runtime
 

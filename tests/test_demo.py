@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from tritondtr.cli import main
-from tritondtr.demo import run_demo
+from tritondtr.demo.runs import run_demo
+from tritondtr.demo.tinygpt import GPTConfig, TinyGPT, batches
 from tritondtr.sim import load_trace, runtime_peak
-from tritondtr.tinygpt import GPTConfig, TinyGPT, batches
 
 TINY = GPTConfig(vocab=64, block=16, width=32, layers=2, heads=2, dropout=0.1)
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tritondtr
-from tritondtr.bounded import LIST, BoundedChoice
-from tritondtr.engine import Engine
-from tritondtr.heuristics import Heuristic, unregister_heuristic
-from tritondtr.table import MetadataTable, SlotState
+from tritondtr.engine.bounded import LIST, BoundedChoice
+from tritondtr.engine.engine import Engine
+from tritondtr.engine.table import MetadataTable, SlotState
+from tritondtr.policy.heuristics import Heuristic, unregister_heuristic
 
 BUILTINS = [h.value for h in tritondtr.Heuristic]
 

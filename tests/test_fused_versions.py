@@ -14,7 +14,7 @@ import tritondtr
 import tritondtr.runtime as rt
 from tritondtr.core import Core
 from tritondtr.core.core import _MAX_LINKS
-from tritondtr.residency import EVICTED, FREE, RESIDENT
+from tritondtr.engine.residency import EVICTED, FREE, RESIDENT
 
 
 def _core(budget: int | None = 10**6, lazy: bool = False) -> tuple[Core, Counting]:

@@ -1,4 +1,4 @@
-"""The Triton kernels against their torch twins (tritondtr.scoring), the specification.
+"""The Triton kernels against their torch twins (tritondtr.policy.scoring), the specification.
 
 Victim ids must be equal (``torch.equal``), -1 padding included; scores must be bit-equal
 (the kernels reproduce NOTE [ Scoring rules ] operation by operation). On CPU the kernels run
@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from tritondtr import kernels
-from tritondtr.heuristics import Heuristic
-from tritondtr.scoring import random_base, score_torch, select_torch
-from tritondtr.table import MetadataTable, SlotState
+from tritondtr.engine.table import MetadataTable, SlotState
+from tritondtr.policy.heuristics import Heuristic
+from tritondtr.policy.scoring import random_base, score_torch, select_torch
 
 # Division by zero and inf/inf are part of the inputs; numpy (the interpreter) warns on them.
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in divide:RuntimeWarning")

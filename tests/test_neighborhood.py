@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tritondtr import neighborhood, regions
-from tritondtr.engine import Engine
-from tritondtr.neighborhood import EVICTED, RESIDENT
+from tritondtr.engine import neighborhood, regions
+from tritondtr.engine.engine import Engine
+from tritondtr.engine.neighborhood import EVICTED, RESIDENT
 
 MODES = {"dtr": "exact", "dtr_eq": "eqclass", "msps": "ancestors"}
 

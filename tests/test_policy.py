@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tritondtr import Heuristic, MetadataTable
-from tritondtr.policy import Backend, resolve_backend
+from tritondtr.policy.backend import Backend, resolve_backend
 
 
 def test_auto_is_torch_on_cpu():

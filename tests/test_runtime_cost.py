@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import tritondtr
 import tritondtr.runtime as rt
-from tritondtr.residency import FREE
+from tritondtr.engine.residency import FREE
 from tritondtr.runtime import AnalyticCost, CostError, CostModel
 from tritondtr.sim import simulate
 

@@ -18,7 +18,7 @@ from core_executor import Counting
 import tritondtr
 import tritondtr.runtime as rt
 from tritondtr.core import Core
-from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.runtime import H100_SXM, CostModel, GPUCost, RuntimeConfig
 from tritondtr.runtime.cost import describe, resolve
 from tritondtr.runtime.events import DeviceClock, OpTimer

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tritondtr import Heuristic, register_heuristic
-from tritondtr.heuristics import unregister_heuristic
-from tritondtr.scoring import random_base, score_torch, select_torch
+from tritondtr.policy.heuristics import unregister_heuristic
+from tritondtr.policy.scoring import random_base, score_torch, select_torch
 
 F32 = np.float32
 
@@ -211,7 +211,7 @@ def test_custom_heuristic_is_used_and_validated():
         cost = torch.tensor([1.0, 5.0, float("nan"), 3.0])
         z = torch.zeros(4, dtype=torch.int64)
         state = torch.tensor([1, 1, 1, 2], dtype=torch.int8)
-        from tritondtr.heuristics import get_heuristic
+        from tritondtr.policy.heuristics import get_heuristic
 
         h = get_heuristic("biggest_cost")
         assert select_torch(h, cost, z, z, torch.zeros(4), state, 1, k=3).tolist() == [1, 0, 2]

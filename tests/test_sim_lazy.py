@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from tritondtr.engine import Engine
+from tritondtr.engine.engine import Engine
 from tritondtr.sim import TraceBuilder, compile_trace, replay_program
 from tritondtr.sim import replay as replay_mod
 

@@ -208,7 +208,7 @@ def _recording(cls, victims: list[int], **kwargs):
 def test_sampling_everything_is_the_exact_run(h):
     """A sample of every candidate is the exact choice: the same slots are evicted in the
     same order (the engine's batched choice against a full re-scoring at every choice)."""
-    from tritondtr.engine import Engine
+    from tritondtr.engine.engine import Engine
     from tritondtr.sim.sampling import SampledEngine
 
     trace = gen.random_dag(1000, live=127, fan_in=3, seed=2, size=(1, 1000), cost=(1.0, 9.0))

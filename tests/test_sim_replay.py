@@ -2,7 +2,7 @@
 
 import pytest
 
-from tritondtr.engine import Engine
+from tritondtr.engine.engine import Engine
 from tritondtr.sim import TraceBuilder, baseline, simulate
 
 

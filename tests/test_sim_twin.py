@@ -249,7 +249,7 @@ def test_cli_semantics_runtime(tmp_path, capsys):
 def test_bounded_choice_equals_full_scoring_on_recorded_steps(name, scale, monkeypatch):
     """NOTE [ Bounded choice ] on real programs: every victim the engine chooses during a
     replay at 50 % and 30 % is the one a full re-scoring (``select(now, 1)``) gives."""
-    from tritondtr.engine import Engine
+    from tritondtr.engine.engine import Engine
 
     choose, checked = Engine.choose, []
 

@@ -14,7 +14,7 @@ from twin_check import assert_twin_replays
 import tritondtr
 import tritondtr.runtime as rt
 from tritondtr.core import Core
-from tritondtr.residency import EVICTED, RESIDENT
+from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.sim import simulate
 
 
@@ -320,9 +320,9 @@ def test_the_demo_model_trains_at_eight_percent_of_its_peak_on_the_twin():
     training step recorded with the analytic cost (the same on every machine) and replayed by
     the twin: it finishes, with a recomputation overhead of a few steps, not a thrash. The
     4-block model's floor (one op's working set) is 8.8 % of its peak."""
-    from tritondtr.demo import DEMO_CONFIG
+    from tritondtr.demo.runs import DEMO_CONFIG
+    from tritondtr.demo.tinygpt import TinyGPT, batches
     from tritondtr.sim import runtime_peak
-    from tritondtr.tinygpt import TinyGPT, batches
 
     torch.manual_seed(0)
     model = TinyGPT(DEMO_CONFIG)

@@ -14,8 +14,9 @@ if tuple(int(v) for v in _torch.__version__.split(".")[:2]) < (2, 11):
         "(README.md, Which torch: tested on 2.11 and 2.13; older versions fail its tests)"
     )
 
-from .engine import Engine
-from .heuristics import (
+from .engine import Engine, MetadataTable, SlotState
+from .policy import (
+    Backend,
     CustomHeuristic,
     Heuristic,
     NbhdMode,
@@ -23,15 +24,13 @@ from .heuristics import (
     heuristic_names,
     register_heuristic,
 )
-from .policy import Backend
 from .runtime import BudgetError, Session, SessionStats, enable
-from .runtime.trace import Recording, trace
-from .table import MetadataTable, SlotState
+from .runtime.recording import Recording, trace
 from .units import format_bytes, parse_bytes
 
 __all__ = [
     "__version__",
-    # engine core: the metadata table and the eviction policy
+    # the engine (metadata table) and the eviction policy
     "MetadataTable",
     "SlotState",
     "Backend",

@@ -9,9 +9,9 @@ from typing import NoReturn
 
 # name -> (module, help). Each module defines ``add_arguments(parser)`` and ``run(args) -> int``.
 _COMMANDS = {
-    "env": ("tritondtr.env_cli", "print versions, device and Triton backend (for bug reports)"),
+    "env": ("tritondtr.env", "print versions, device and Triton backend (for bug reports)"),
     "simulate": ("tritondtr.sim.cli", "replay traces under memory budgets (the paper's Figure 2)"),
-    "demo": ("tritondtr.demo_cli", "train a small GPT under memory budgets (the main job)"),
+    "demo": ("tritondtr.demo.cli", "train a small GPT under memory budgets (the main job)"),
 }
 
 

@@ -1,12 +1,14 @@
-"""``python -m tritondtr.env``: versions, device and Triton backend, for bug reports."""
+"""Versions, device and Triton backend in use, for bug reports: ``tritondtr env`` or
+``python -m tritondtr.env``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
 
-__all__ = ["report"]
+__all__ = ["add_arguments", "main", "report", "run"]
 
 
 def report() -> dict[str, str]:
@@ -15,7 +17,7 @@ def report() -> dict[str, str]:
     import torch
 
     from . import __version__
-    from .policy import triton_available
+    from .policy.backend import triton_available
 
     info = {
         "tritondtr": __version__,
@@ -56,6 +58,17 @@ def main() -> None:
     width = max(map(len, info))
     for k, v in info.items():
         print(f"{k:<{width}}  {v}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``tritondtr env`` takes no options."""
+    del parser
+
+
+def run(args: argparse.Namespace) -> int:
+    del args
+    main()
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ depend on given ones, and counts bytes the rank holds outside the tracked storag
 
 from __future__ import annotations
 
-from ..residency import EXTERNAL, FREE, RESIDENT
+from ..engine.residency import EXTERNAL, FREE, RESIDENT
 
 __all__ = ["Anchors"]
 

@@ -52,7 +52,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # 1. The engine's metadata table lives where the core is told (``table_device``), not
 #    necessarily beside the storages. The runtime keeps it on the host by default (``enable(
 #    table="host")``), whatever the storages' device: a decision is then numpy work on host
-#    arrays (the bounded choice, NOTE [ Bounded choice ] in bounded.py) and never waits for
+#    arrays (the bounded choice, NOTE [ Bounded choice ] in engine/bounded.py) and never waits for
 #    the device.
 # 2. Why: on a CUDA table every decision flushes the staged rows and runs the selection on
 #    the device, then reads the victims back; read on the compute stream, that read waits
@@ -60,7 +60,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    in a training step), and the runtime's tables are small (thousands of live storages a
 #    step), where a host decision takes tens of microseconds. A table on the session's device
 #    (``table="device"``) runs its flushes and selections on a private stream with a
-#    persistent pinned buffer for the victims (NOTE [ Private stream ] in table.py): it
+#    persistent pinned buffer for the victims (NOTE [ Private stream ] in engine/table.py): it
 #    waits only for its own work, once per selection, counted as a device synchronization
 #    (``stats.device_syncs``; 0 on the host). Where the line between the two lies was
 #    measured by ``benchmarks/gpu_check.py`` (docs/benchmarks.md, GPU check).
@@ -184,8 +184,8 @@ from typing import Protocol
 
 import torch
 
-from ..engine import Engine
-from ..residency import EVICTED, EXTERNAL, FREE, RESIDENT
+from ..engine.engine import Engine
+from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from .anchors import Anchors
 from .errors import BudgetError, ThrashError
 from .evict import Evictor
@@ -268,7 +268,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.seen: list[int] = []  # clock of the last use, while lazy (then the engine's)
         self.inputs: list[tuple[int, ...]] = []  # the tracked storages its op reads
         self.name: list[str] = []  # its op, for errors
-        self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (residency.py)
+        self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (engine/residency.py)
         self.held = bytearray()  # a wrapper of the program holds it
         self.pinned = bytearray()  # never evicted while resident (never_evict)
         self.backward = bytearray()  # created during a backward pass

@@ -130,8 +130,8 @@ import time
 
 import torch
 
-from ..heuristics import Heuristic
-from ..residency import EVICTED, RESIDENT
+from ..engine.residency import EVICTED, RESIDENT
+from ..policy.heuristics import Heuristic
 from .errors import BudgetError
 
 __all__ = ["Evictor"]

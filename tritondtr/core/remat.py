@@ -96,7 +96,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..residency import EVICTED, EXTERNAL, RESIDENT
+from ..engine.residency import EVICTED, EXTERNAL, RESIDENT
 from .errors import BudgetError, ThrashError
 
 __all__ = ["Frame", "Rematerializer"]

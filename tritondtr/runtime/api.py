@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..heuristics import CustomHeuristic, Heuristic
-from ..policy import Backend
+from ..policy.backend import Backend
+from ..policy.heuristics import CustomHeuristic, Heuristic
 from .config import NeverEvict, RuntimeConfig, TablePlace
 from .cost import CostFn, CostModel
 from .dynamo import opaque

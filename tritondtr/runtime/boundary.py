@@ -39,7 +39,7 @@ import weakref
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..residency import EXTERNAL, RESIDENT
+from ..engine.residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
 from .fsdp import storage_key
 from .recipe import Storage, derive, storage_ptr

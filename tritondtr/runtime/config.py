@@ -8,8 +8,8 @@ from enum import Enum
 
 import torch
 
-from ..heuristics import CustomHeuristic, Heuristic, get_heuristic
-from ..policy import Backend
+from ..policy.backend import Backend
+from ..policy.heuristics import CustomHeuristic, Heuristic, get_heuristic
 from ..units import parse_bytes
 from .cost import CostFn, CostModel
 from .device import MemoryShare, parse_device, parse_share

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..residency import EVICTED, RESIDENT
+from ..engine.residency import EVICTED, RESIDENT
 
 __all__ = ["DeviceClock", "OpTimer"]
 

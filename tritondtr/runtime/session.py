@@ -90,7 +90,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
-from ..residency import EVICTED, FREE
+from ..engine.residency import EVICTED, FREE
 from ..units import format_bytes
 from . import boundary, plaindata
 from . import device as devices
@@ -213,7 +213,7 @@ class Session:
         if config.cost is CostModel.EVENTS:
             self.timer = OpTimer(self.core)
         self.clock: DeviceClock | None = None  # NOTE [ Device time ] in events.py
-        self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/trace.py)
+        self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/recording.py)
         self.fsdp = FSDPWatch(weakref.proxy(self))  # NOTE [ FSDP2 ] (fsdp.py)
 
     # ------------------------------------------------------------------ context

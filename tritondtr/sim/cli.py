@@ -64,7 +64,7 @@ def _budget(text: str) -> int:
 
 
 def _heuristics(text: str) -> list[str]:
-    from ..heuristics import get_heuristic
+    from ..policy.heuristics import get_heuristic
 
     names = [h.strip() for h in text.split(",") if h.strip()]
     if not names:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .lazy import LOG_NEW, UNSYNCED, EngineCalls, held_storages
+from .deferred import LOG_NEW, UNSYNCED, EngineCalls, held_storages
 from .program import (
     KIND_CALL,
     KIND_CONSTANT,

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from .. import policy
-from ..engine import Engine
-from ..table import SlotState
+from ..engine.engine import Engine
+from ..engine.table import SlotState
 
 __all__ = ["SampledEngine"]
 

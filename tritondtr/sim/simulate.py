@@ -68,7 +68,7 @@ def make_engine(
     heuristic: str, *, backend: str = "auto", device=None, seed: int = 0, capacity: int = 1024
 ):
     """A fresh :class:`tritondtr.engine.Engine` for one run."""
-    from ..engine import Engine
+    from ..engine.engine import Engine
 
     return Engine(heuristic, device=device, backend=backend, seed=seed, capacity=capacity)
 

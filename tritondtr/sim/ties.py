@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..scoring import RESIDENT_EVICTABLE
+from ..policy.scoring import RESIDENT_EVICTABLE
 
 __all__ = ["PoolOrder"]
 

@@ -46,7 +46,7 @@ from collections.abc import Callable
 import torch
 
 from ..core import BudgetError, Core, ThrashError
-from ..residency import EXTERNAL, FREE, RESIDENT
+from ..engine.residency import EXTERNAL, FREE, RESIDENT
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .replay import RunStats
 

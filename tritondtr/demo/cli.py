@@ -1,6 +1,6 @@
 """Train a small GPT-like model under decreasing memory budgets, with exact gradients.
 
-The model learns characters of a short text embedded in tritondtr.tinygpt (no download). It
+The model learns characters of a short text embedded in tritondtr.demo.tinygpt (no download). It
 runs without tritondtr (the reference), under enable(budget=None), which measures the
 baseline peak in tritondtr's accounting, under budgets that are decreasing fractions of that
 peak down to the lowest that works, and with every block under torch.utils.checkpoint. Every
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from .demo import DEMO_CONFIG, HEURISTIC, lowest_working, run_demo
-from .demo_report import format_table, write_outputs
+from ..units import format_bytes
+from .report import format_table, write_outputs
+from .runs import DEMO_CONFIG, HEURISTIC, lowest_working, run_demo
 from .tinygpt import GPTConfig, TinyGPT
-from .units import format_bytes
 
 __all__ = ["add_arguments", "run"]
 

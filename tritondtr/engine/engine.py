@@ -1,8 +1,9 @@
 """The engine: metadata table + neighbourhood maintenance + eviction policy, behind one facade.
 
 Both the simulator and the runtime drive an :class:`Engine`; it owns a
-:class:`~tritondtr.table.MetadataTable`, a :class:`~tritondtr.neighborhood.Neighborhood` and the
-host-side lock counts and pins, and keeps the table's ``state`` column equal to::
+:class:`~tritondtr.engine.table.MetadataTable`, a
+:class:`~tritondtr.engine.neighborhood.Neighborhood` and the host-side lock counts and pins,
+and keeps the table's ``state`` column equal to::
 
     free                                        -> FREE
     resident, unlocked, unpinned                -> RESIDENT_EVICTABLE   (a candidate)
@@ -50,9 +51,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import policy
+from .. import policy
+from ..policy.heuristics import CustomHeuristic, Heuristic, NbhdMode, get_heuristic
 from .bounded import BOUNDED, BoundedChoice
-from .heuristics import CustomHeuristic, Heuristic, NbhdMode, get_heuristic
 from .neighborhood import _STATE_NAMES, EVICTED, FREE, RESIDENT, Neighborhood
 from .table import MetadataTable, SlotState
 
@@ -328,7 +329,7 @@ class Engine:
         b = self._bounded
         if b is not None:
             if type(now) is not int:  # the paper's replay runs a float clock; scores see int
-                now = policy._check_now(now)
+                now = policy.check_now(now)
             self.nbhd.flush()
             v = b.choose(now)
             if v is not None:

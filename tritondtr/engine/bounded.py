@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .heuristics import Heuristic
+from ..policy.heuristics import Heuristic
 from .table import MetadataTable
 
 __all__ = ["BOUNDED", "LIST", "MAX_POOL", "BoundedChoice"]

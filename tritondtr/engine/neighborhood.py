@@ -10,8 +10,8 @@ op(s) that produced t, ``children`` the reverse. In the modes of :class:`NbhdMod
 * ``eqclass``: the union-find approximation (paper §4.1), see NOTE [ Eqclass rules ].
 
 This module is the facade: the graph, residency, staging and the table column. The region
-searches and closure masks of exact/ancestors live in :mod:`tritondtr.regions` (NOTE
-[ Batched regions ]), the union-find classes of eqclass in :mod:`tritondtr.eqclass` (NOTE
+searches and closure masks of exact/ancestors live in :mod:`tritondtr.engine.regions` (NOTE
+[ Batched regions ]), the union-find classes of eqclass in :mod:`tritondtr.engine.eqclass` (NOTE
 [ Eqclass rules ]).
 
 # NOTE [ Neighbourhood staging ]
@@ -50,9 +50,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..policy.heuristics import NbhdMode
 from . import regions
 from .eqclass import EqClasses
-from .heuristics import NbhdMode
 from .regions import Regions
 from .residency import EVICTED, FREE, RESIDENT
 from .residency import STATE_NAMES as _STATE_NAMES

@@ -47,8 +47,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..units import format_bytes
 from .tinygpt import GPTConfig, TinyGPT, batches
-from .units import format_bytes
 
 __all__ = ["DEMO_CONFIG", "HEURISTIC", "DemoRow", "lowest_working", "run_demo"]
 
@@ -117,8 +117,8 @@ class _Run(NamedTuple):
 def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Run:
     """Train a copy of ``model0`` on ``data``; ``mode``: ``eager``, ``tritondtr`` or
     ``record`` (tritondtr, each step recorded as a trace)."""
-    from .runtime import enable
-    from .runtime.trace import trace
+    from ..runtime import enable
+    from ..runtime.recording import trace
 
     model = copy.deepcopy(model0)
     model.checkpoint = checkpoint
@@ -191,7 +191,7 @@ def _row(name: str, ratio, budget, run: _Run, ref: _Run, **kw) -> DemoRow:
 
 def _predict(traces: list, budget: int, unlimited_step_s: float) -> dict:
     """The twin's prediction for ``budget`` (NOTE [ The demo ] rule 2), as DemoRow fields."""
-    from .sim import simulate
+    from ..sim import simulate
 
     sims = []
     for t in traces:  # the first step that fails is the prediction: the run stops there too
@@ -231,8 +231,8 @@ def run_demo(
     ``time_limit_s`` seconds have passed. ``config``: the model's sizes (default:
     ``DEMO_CONFIG``, 8 layers of width 128). ``trace_path``: write the unlimited run's last
     step there as a trace (``.npz``: ``tritondtr simulate`` replays it)."""
-    from .runtime import BudgetError, ThrashError
-    from .sim import runtime_peak, save_trace
+    from ..runtime import BudgetError, ThrashError
+    from ..sim import runtime_peak, save_trace
 
     config = config or DEMO_CONFIG
 

@@ -7,15 +7,16 @@ import enum
 import numpy as np
 import torch
 
-from . import policy, residency
-from .heuristics import CustomHeuristic, Heuristic
+from .. import policy
+from ..policy.heuristics import CustomHeuristic, Heuristic
+from . import residency
 
 __all__ = ["MetadataTable", "SlotState"]
 
 
 class SlotState(enum.IntEnum):
     """The ``state`` column. Only ``RESIDENT_EVICTABLE`` slots are eviction candidates. The
-    values are the residency codes of :mod:`tritondtr.residency` (one home)."""
+    values are the residency codes of :mod:`tritondtr.engine.residency` (one home)."""
 
     FREE = residency.FREE
     RESIDENT_EVICTABLE = residency.RESIDENT

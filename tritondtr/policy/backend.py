@@ -12,7 +12,7 @@ import torch
 from .heuristics import CustomHeuristic, Heuristic, get_heuristic
 from .scoring import random_base, score_torch, select_torch
 
-__all__ = ["Backend", "resolve_backend", "score", "select", "triton_available"]
+__all__ = ["Backend", "check_now", "resolve_backend", "score", "select", "triton_available"]
 
 
 class Backend(str, enum.Enum):
@@ -28,7 +28,7 @@ class Backend(str, enum.Enum):
 def triton_available() -> bool:
     """Whether the Triton kernels can be imported (triton installed and importable)."""
     try:
-        from . import kernels  # noqa: F401
+        from .. import kernels  # noqa: F401
     except ImportError:
         return False
     return True
@@ -97,13 +97,13 @@ def score(
 ) -> torch.Tensor:
     """Scores of all slots of ``cols`` (see :meth:`MetadataTable.score`). ``cols`` may hold
     the table's derived ``evictable_size``; it and ``clock_bounds`` (every last_access lies in
-    [lo, hi]) only speed up the torch twin (:func:`tritondtr.scoring.score_torch`)."""
+    [lo, hi]) only speed up the torch twin (:func:`tritondtr.policy.scoring.score_torch`)."""
     h = get_heuristic(heuristic)
-    now = _check_now(now)
+    now = check_now(now)
     b = resolve_backend(backend, cols["cost"].device, h)
     if b is Backend.TORCH:
         return score_torch(h, *_args(cols), now, seed, cols.get("evictable_size"), clock_bounds)
-    from . import kernels
+    from .. import kernels
 
     return kernels.score(h.value, *_args(cols), now=now, rand_base=random_base(seed, now))
 
@@ -124,7 +124,7 @@ def select(
     columns' device, unread, [k] padded with -1 past the candidates (the caller reads it:
     NOTE [ Private stream ] in table.py)."""
     h = get_heuristic(heuristic)
-    now = _check_now(now)
+    now = check_now(now)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     b = resolve_backend(backend, cols["cost"].device, h)
@@ -132,7 +132,7 @@ def select(
         evs = cols.get("evictable_size")
         ids = select_torch(h, *_args(cols), now, k, seed, evs, clock_bounds)
         return ids.cpu() if host else ids
-    from . import kernels
+    from .. import kernels
 
     ids = kernels.select(h.value, *_args(cols), now=now, rand_base=random_base(seed, now), k=k)
     if not host:
@@ -141,7 +141,8 @@ def select(
     return ids[ids >= 0]
 
 
-def _check_now(now) -> int:
+def check_now(now) -> int:
+    """``now`` as the int logical clock every score reads; ValueError if it is none."""
     if isinstance(now, torch.Tensor) or not isinstance(now, (int,)) or isinstance(now, bool):
         try:
             now = int(now)

@@ -5,7 +5,7 @@ of evicted slots reachable from r through evicted slots only; ``exact`` takes th
 both directions, ``ancestors`` the "up" one. :class:`Regions` computes their costs one slot at
 a time (a graph search) or many at once (cached closure bitmasks), with identical results,
 and marks the resident slots whose region a change may have touched. It works on the
-containers of a :class:`~tritondtr.neighborhood.Neighborhood`, shared, not copied.
+containers of a :class:`~tritondtr.engine.neighborhood.Neighborhood`, shared, not copied.
 
 # NOTE [ Batched regions ]
 # 1. A flush with at least _BATCH_MIN dirty slots (exact/ancestors) computes them together.

@@ -2,7 +2,7 @@
 
 A heuristic maps the metadata of every slot to a score; the slot with the lowest score is
 evicted first. The exact formulas of the built-ins, and their tie, NaN and infinity rules, are
-written once, in their torch twins (:mod:`tritondtr.scoring`), which the Triton kernels in
+written once, in their torch twins (:mod:`tritondtr.policy.scoring`), which the Triton kernels in
 :mod:`tritondtr.kernels` reproduce bit for bit.
 """
 

@@ -2,7 +2,7 @@
 
 Codes 0 to 2 mean the same wherever they appear: the neighbourhood's ``state`` (per engine
 slot), the DTR core's ``state`` (per core id) and the metadata table's ``state`` column
-(:class:`~tritondtr.table.SlotState`, whose values are these). Each adds what only it needs:
+(:class:`~tritondtr.engine.table.SlotState`, whose values are these). Each adds what only it needs:
 the table splits resident slots into candidates (``RESIDENT``, i.e. RESIDENT_EVICTABLE) and
 ``RESIDENT_LOCKED`` (locked or pinned: never a candidate); the core has ``EXTERNAL``, a storage
 that left the engine for good but keeps its buffer (NOTE [ Parameter writes ]), which no

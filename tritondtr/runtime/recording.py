@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from ..heuristics import CustomHeuristic, Heuristic
-from ..policy import Backend
+from ..policy.backend import Backend
+from ..policy.heuristics import CustomHeuristic, Heuristic
 from ..traceformat.trace import Trace
 from ..traceformat.trace_io import save_trace
 from .config import NeverEvict, RuntimeConfig

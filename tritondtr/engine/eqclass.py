@@ -1,6 +1,6 @@
 """Equivalence classes of evicted storages: the union-find approximation of e* (paper §4.1).
 
-:class:`EqClasses` keeps, over the graph of a :class:`~tritondtr.neighborhood.Neighborhood`
+:class:`EqClasses` keeps, over the graph of a :class:`~tritondtr.engine.neighborhood.Neighborhood`
 (its containers shared, not copied), a union-find forest of evicted storages with exact class
 values and, at every root, the class's frontier: the resident slots adjacent to its live
 members, with edge counts. It also keeps the value of every resident slot (NOTE [ Incremental

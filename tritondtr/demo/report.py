@@ -9,10 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .units import format_bytes
+from ..units import format_bytes
 
 if TYPE_CHECKING:
-    from .demo import DemoRow
+    from .runs import DemoRow
 
 __all__ = ["format_table", "write_outputs"]
 
