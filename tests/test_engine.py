@@ -131,7 +131,7 @@ def test_bounded_choice_equals_full_reselection(heuristic):
     hits = misses = 0
     for seed in range(6):
         tw = run_twin(heuristic, seed, n_steps=400, spread=True)
-        hits, misses = hits + tw.a._bounded.hits, misses + tw.a._bounded.misses
+        hits, misses = hits + tw.a.choice.bounded.hits, misses + tw.a.choice.bounded.misses
     assert hits > misses > 0, (hits, misses)  # both paths taken
 
 

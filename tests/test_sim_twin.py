@@ -257,7 +257,7 @@ def test_bounded_choice_equals_full_scoring_on_recorded_steps(name, scale, monke
         v = choose(self, now)
         full = self.select(now, 1)
         assert v == (full[0] if full else None), f"clock {now}: {v}, full scoring {full}"
-        checked.append(self._bounded.hits)
+        checked.append(self.choice.bounded.hits)
         return v
 
     monkeypatch.setattr(Engine, "choose", checking)

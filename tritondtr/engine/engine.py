@@ -10,38 +10,8 @@ and keeps the table's ``state`` column equal to::
     resident, locked (count > 0) or pinned      -> RESIDENT_LOCKED
     evicted                                     -> EVICTED
 
-# NOTE [ Exact batched choice ]
-# ``choose(now)`` returns exactly what a full re-scoring (``select(now, 1)``) would return, yet
-# one scoring serves several evictions:
-# 1. A scoring keeps the top ``batch`` candidates in (score, slot) order, with the
-#    ``nbhd_cost`` each had then; a shorter list means it held every candidate.
-# 2. Within an eviction loop nothing but evictions happens and the clock does not advance.
-#    Evicting a storage only grows the evicted set, so every other slot's ``nbhd_cost`` can
-#    only go up (exact/ancestors: reachable regions only grow; eqclass: classes only merge and
-#    gain members); values are exact functions of the evicted set (NOTE [ Neighbourhood
-#    staging ] rule 4), so this holds bit for bit, and the built-in scores are non-decreasing
-#    in ``nbhd_cost`` (float32 rounding and division by a positive denominator are monotone).
-# 3. Serve the first cached slot v that is still a candidate, if its ``nbhd_cost``, recomputed
-#    now for v alone, is what it was at the scoring. Then v is exact: every uncached
-#    candidate u had (score, u) > (score, v) then and its score only went up since; every
-#    cached slot before v is no longer a candidate. If v's value changed, the cache is
-#    dropped and everything is re-scored.
-# 4. Any other mutation that can lower a score or add a candidate (new, access, remat,
-#    set_cost, add_parents, unlock, unpin, release of an evicted slot) or a different ``now``
-#    drops the cache. lock, pin and release of a resident slot only remove candidates (and
-#    change nobody's ``nbhd_cost``), which rule 3 already handles.
-# 5. A user heuristic that keeps a neighbourhood cost may not be monotone in it: for those,
-#    every choice re-scores (batch 1).
-
-# NOTE [ Stale batched choice ]
-# An approximation, off unless ``reuse > 0``: the list of rule 1 keeps serving choices for up
-# to ``reuse`` ticks of the clock and across mutations, so several eviction loops share one
-# scoring. A cached slot is served if it is still a candidate, its last access and its
-# neighbourhood cost are what they were at the scoring; otherwise it is skipped. What this
-# gets wrong: the order among unchanged candidates as staleness grows, and candidates created
-# since the scoring (not considered until the list is used up or too old). Its effect on the
-# victims, and its price: docs/benchmarks.md, Measurements behind the NOTEs, Stale batched
-# choice.
+The victim choice itself (which scoring serves which choice) is a strategy of
+:mod:`tritondtr.engine.choice`.
 """
 
 from __future__ import annotations
@@ -54,6 +24,7 @@ import torch
 from .. import policy
 from ..policy.heuristics import CustomHeuristic, Heuristic, NbhdMode, get_heuristic
 from .bounded import BOUNDED, BoundedChoice
+from .choice import MISS, BatchedChoice, BoundedStrategy, StaleChoice, VictimChoice
 from .neighborhood import _STATE_NAMES, EVICTED, FREE, RESIDENT, Neighborhood
 from .table import MetadataTable, SlotState
 
@@ -86,7 +57,9 @@ class Engine:
 
     Slots are the table's slot ids (ints). Costs are float32 in the caller's unit (ns), sizes
     int bytes, ``now`` an int logical clock. Counters: ``selections`` (scorings run),
-    ``cache_hits`` (choices served without scoring), ``evictions``, ``remats``.
+    ``cache_hits`` (choices served without scoring), ``evictions``, ``remats``. Read, never
+    written, by the victim choice (``choice``): ``residency``, ``locks`` and ``pinned`` per
+    slot, and ``epoch``, the count of mutations that can lower a score or add a candidate.
     """
 
     def __init__(
@@ -113,7 +86,7 @@ class Engine:
         # NOTE [ Exact batched choice ] rule 5
         self.batch = batch if isinstance(self.heuristic, Heuristic) or mode is NbhdMode.NONE else 1
         self.nbhd = Neighborhood(self.table, mode)
-        self._st = self.nbhd.state  # FREE / RESIDENT / EVICTED per slot (shared, not copied)
+        self.residency = self.nbhd.state  # FREE / RESIDENT / EVICTED per slot (shared)
         # NOTE [ Bounded choice ]: None where it does not apply (the batched list serves)
         self._bounded = (
             BoundedChoice(self.table, self.heuristic)
@@ -122,10 +95,16 @@ class Engine:
         )
         self._changed = self._bounded.changed if self._bounded is not None else _ignore
         self.nbhd.lowered = self._bounded.dirty if self._bounded is not None else None
-        self._locks: list[int] = [0] * self.table.capacity
-        self._pinned = bytearray(self.table.capacity)
-        self._epoch = 0  # bumped by every mutation that invalidates the choice cache
-        self._cache: list | None = None  # [epoch, now, ids, nbhd snapshot, position, last]
+        self.choice: VictimChoice = (
+            BoundedStrategy(self, self._bounded)
+            if self._bounded is not None
+            else StaleChoice(self)
+            if reuse
+            else BatchedChoice(self)
+        )
+        self.locks: list[int] = [0] * self.table.capacity
+        self.pinned = bytearray(self.table.capacity)
+        self.epoch = 0  # bumped by every mutation that can lower a score or add a candidate
         self.selections = 0
         self.cache_hits = 0
         self.evictions = 0
@@ -152,7 +131,7 @@ class Engine:
             raise ValueError(f"cost must be a finite float32 >= 0 (compute time), got {cost!r}")
         if size < 0:
             raise ValueError(f"size must be >= 0 bytes, got {size!r}")
-        st = self._st
+        st = self.residency
         for p in parents:
             if not (0 <= p < len(st) and st[p]):
                 raise ValueError(
@@ -160,13 +139,13 @@ class Engine:
                     "created); pass the slots returned by Engine.new"
                 )
         slot = self.table.add(cost, size, now, _EVICTABLE if evictable else _LOCKED)
-        if slot >= len(self._locks):
-            n = self.table.capacity - len(self._locks)
-            self._locks.extend([0] * n)
-            self._pinned.extend(bytes(n))
-        self._pinned[slot] = not evictable
+        if slot >= len(self.locks):
+            n = self.table.capacity - len(self.locks)
+            self.locks.extend([0] * n)
+            self.pinned.extend(bytes(n))
+        self.pinned[slot] = not evictable
         self.nbhd.on_new(slot, cost, parents)
-        self._epoch += 1
+        self.epoch += 1
         self._changed(slot)
         return slot
 
@@ -176,7 +155,7 @@ class Engine:
         for p in parents:
             self._live(p, "add_parents (parent)")
         self.nbhd.add_edges(slot, parents)
-        self._epoch += 1
+        self.epoch += 1
 
     def set_cost(self, slot: int, cost: float) -> None:
         """Set the compute cost of ``slot`` (e.g. once an op's time is measured)."""
@@ -185,72 +164,72 @@ class Engine:
             raise ValueError(f"cost must be a finite float32 >= 0 (compute time), got {cost!r}")
         self.table.set_cost(slot, cost)
         self.nbhd.on_cost(slot, cost)
-        self._epoch += 1
+        self.epoch += 1
         self._changed(slot)
 
     def access(self, slot: int, now: int) -> None:
         """Record a use of ``slot`` at logical time ``now`` (last_access = now)."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot]):  # the checks inline: a hot path
             self._live(slot, "access")
         self.table.touch(slot, now)
-        self._epoch += 1
+        self.epoch += 1
         self._changed(slot)
 
     def lock(self, slot: int) -> None:
         """Take a (re-entrant) lock: a locked slot is never a candidate. Needs a resident slot."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot] == RESIDENT):
             self._resident(slot, "lock")
-        c = self._locks[slot]
-        self._locks[slot] = c + 1
-        if c == 0 and not self._pinned[slot]:
+        c = self.locks[slot]
+        self.locks[slot] = c + 1
+        if c == 0 and not self.pinned[slot]:
             self.table.set_state(slot, _LOCKED)
 
     def unlock(self, slot: int) -> None:
         """Release one lock taken by :meth:`lock`."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot] == RESIDENT):
             self._resident(slot, "unlock")
-        c = self._locks[slot]
+        c = self.locks[slot]
         if c == 0:
             raise ValueError(f"unlock: slot {slot} is not locked (unbalanced lock/unlock)")
-        self._locks[slot] = c - 1
-        if c == 1 and not self._pinned[slot]:
+        self.locks[slot] = c - 1
+        if c == 1 and not self.pinned[slot]:
             self.table.set_state(slot, _EVICTABLE)
-            self._epoch += 1
+            self.epoch += 1
             self._changed(slot)
 
     def pin(self, slot: int) -> None:
         """Never evict ``slot`` (constants, never-evict ops) until :meth:`unpin`."""
         self._resident(slot, "pin")
-        if not self._pinned[slot]:
-            self._pinned[slot] = 1
+        if not self.pinned[slot]:
+            self.pinned[slot] = 1
             self.table.set_state(slot, _LOCKED)
 
     def unpin(self, slot: int) -> None:
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot] == RESIDENT):
             self._resident(slot, "unpin")
-        if self._pinned[slot]:
-            self._pinned[slot] = 0
-            if not self._locks[slot]:
+        if self.pinned[slot]:
+            self.pinned[slot] = 0
+            if not self.locks[slot]:
                 self.table.set_state(slot, _EVICTABLE)
-                self._epoch += 1
+                self.epoch += 1
                 self._changed(slot)
 
     def evict(self, slot: int, unpin: bool = False) -> None:
         """Evict a resident, unlocked, unpinned ``slot``; neighbourhoods are updated.
         ``unpin``: a pinned ``slot`` is unpinned first (it must still be unlocked)."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot] == RESIDENT):
             self._resident(slot, "evict")
-        if self._locks[slot] or (self._pinned[slot] and not unpin):
+        if self.locks[slot] or (self.pinned[slot] and not unpin):
             raise ValueError(
-                f"evict: slot {slot} is locked ({self._locks[slot]} locks) or pinned "
-                f"({bool(self._pinned[slot])}); only candidates of choose/select can be evicted"
+                f"evict: slot {slot} is locked ({self.locks[slot]} locks) or pinned "
+                f"({bool(self.pinned[slot])}); only candidates of choose/select can be evicted"
             )
-        self._pinned[slot] = 0
+        self.pinned[slot] = 0
         self.table.set_state(slot, _EVICTED)
         self.nbhd.on_evict(slot)
         self.evictions += 1
@@ -259,7 +238,7 @@ class Engine:
         """An evicted ``slot`` was recomputed: resident again, last_access = now. ``None``
         keeps the last access it had (a recomputation the program did not ask for; NOTE
         [ A recomputation is not a use ] in core/remat.py)."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot] == EVICTED):
             self._live(slot, "remat")
             raise ValueError(f"remat: slot {slot} is resident, not evicted; nothing to redo")
@@ -268,47 +247,47 @@ class Engine:
         self.table.set_state(slot, _EVICTABLE)  # evicted slots hold no locks or pins
         self.nbhd.on_remat(slot)
         self.remats += 1
-        self._epoch += 1
+        self.epoch += 1
         self._changed(slot)
 
     def release(self, slot: int) -> None:
         """Forget ``slot`` for good (its locks and pins too): the slot is freed, edges dropped."""
-        st = self._st
+        st = self.residency
         if not (0 <= slot < len(st) and st[slot]):  # the checks inline: a hot path
             self._live(slot, "release")
         if st[slot] == EVICTED:
-            self._epoch += 1  # others lose an evicted neighbour: their scores may drop
+            self.epoch += 1  # others lose an evicted neighbour: their scores may drop
         self.nbhd.on_release(slot)
         self.table.free(slot)
-        self._locks[slot] = 0
-        self._pinned[slot] = 0
+        self.locks[slot] = 0
+        self.pinned[slot] = 0
 
     # ------------------------------------------------------------------ queries
     @property
     def bounded(self) -> bool:
         """Whether :meth:`choose` serves every choice by NOTE [ Bounded choice ]."""
-        return self._bounded is not None
+        return isinstance(self.choice, BoundedStrategy)
 
     def is_resident(self, slot: int) -> bool:
-        return 0 <= slot < len(self._st) and self._st[slot] == RESIDENT
+        return 0 <= slot < len(self.residency) and self.residency[slot] == RESIDENT
 
     def is_evicted(self, slot: int) -> bool:
-        return 0 <= slot < len(self._st) and self._st[slot] == EVICTED
+        return 0 <= slot < len(self.residency) and self.residency[slot] == EVICTED
 
     def is_candidate(self, slot: int) -> bool:
         """Resident, unlocked and unpinned: :meth:`evict` would accept it."""
-        st = self._st
+        st = self.residency
         return (
             0 <= slot < len(st)
             and st[slot] == RESIDENT
-            and not self._locks[slot]
-            and not self._pinned[slot]
+            and not self.locks[slot]
+            and not self.pinned[slot]
         )
 
     def lock_count(self, slot: int) -> int:
-        if not 0 <= slot < len(self._locks):  # -1 would read the last slot's count
+        if not 0 <= slot < len(self.locks):  # -1 would read the last slot's count
             raise ValueError(f"lock_count: slot {slot!r} is not a slot of this engine")
-        return self._locks[slot]
+        return self.locks[slot]
 
     def flush(self) -> None:
         """Bring the ``nbhd_cost`` column and the device columns up to date."""
@@ -323,82 +302,26 @@ class Engine:
         return ids.tolist()
 
     def choose(self, now: int) -> int | None:
-        """The next victim, exactly as a fresh ``select(now, 1)`` would give it; ``None`` if
-        nothing is evictable. Usually served from the last scoring (NOTE [ Bounded choice ],
-        else NOTE [ Exact batched choice ])."""
-        b = self._bounded
-        if b is not None:
-            if type(now) is not int:  # the paper's replay runs a float clock; scores see int
-                now = policy.check_now(now)
-            self.nbhd.flush()
-            v = b.choose(now)
-            if v is not None:
-                self.cache_hits += 1
-                return v
-            self.selections += 1
-            if self.backend is policy.Backend.TORCH:  # the twin's scores, in numpy: cheaper
-                return b.start(now, b.scores(now))
-            scores = self.table.score(self.heuristic, now, backend=self.backend)
-            return b.start(now, scores.numpy())
-        c = self._cache
-        if c is not None and self.reuse and (c[0] != self._epoch or c[1] != now):
-            if 0 <= now - c[1] <= self.reuse:
-                v = self._choose_stale(c)
-                if v is not None:
-                    return v
-        elif c is not None and c[0] == self._epoch and c[1] == now:
-            ids, snap, pos = c[2], c[3], c[4]
-            st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
-            while pos < len(ids):
-                v = ids[pos]
-                if st[v] != RESIDENT or locks[v] or pinned[v]:
-                    pos += 1
-                    continue
-                if not nb.tracking or float(np.float32(nb.value(v))) == snap[pos]:
-                    c[4] = pos
-                    self.cache_hits += 1
-                    return v
-                break
-            else:
-                if len(ids) < self.batch:  # the scoring held every candidate: none is left
-                    c[4] = pos
-                    self.cache_hits += 1
-                    return None
-        ids = self.select(now, self.batch)
-        snap = self.table.host_nbhd_cost[ids].tolist() if ids else []
-        last = self.table.host_last_access[ids].tolist() if self.reuse and ids else None
-        self._cache = [self._epoch, now, ids, snap, 0, last]
-        return ids[0] if ids else None
-
-    def _choose_stale(self, c: list) -> int | None:
-        """NOTE [ Stale batched choice ]: the first cached slot still a candidate with the
-        last access and neighbourhood cost it had at the scoring, or None."""
-        ids, snap, last, pos = c[2], c[3], c[5], c[4]
-        st, locks, pinned, nb = self._st, self._locks, self._pinned, self.nbhd
-        host_last = self.table.host_last_access
-        while pos < len(ids):
-            v = ids[pos]
-            pos += 1
-            if st[v] != RESIDENT or locks[v] or pinned[v] or host_last[v] != last[pos - 1]:
-                continue
-            if nb.tracking and float(np.float32(nb.value(v))) != snap[pos - 1]:
-                continue
-            c[4] = pos
+        """The next victim, exactly as a fresh ``select(now, 1)`` would give it (except under
+        ``reuse > 0``); ``None`` if nothing is evictable. Usually served from the last
+        scoring, by the strategy of :mod:`tritondtr.engine.choice` the engine was made with."""
+        v = self.choice.cached(now)
+        if v is not MISS:
             self.cache_hits += 1
             return v
-        c[4] = pos
-        return None
+        self.selections += 1
+        return self.choice.fresh(now)
 
     # ---------------------------------------------------------------- internals
     def _live(self, slot: int, what: str) -> None:
-        if not (0 <= slot < len(self._st) and self._st[slot] != FREE):
+        if not (0 <= slot < len(self.residency) and self.residency[slot] != FREE):
             raise ValueError(f"{what}: slot {slot!r} is not tracked (released or never created)")
 
     def _resident(self, slot: int, what: str) -> None:
         self._live(slot, what)
-        if self._st[slot] != RESIDENT:
+        if self.residency[slot] != RESIDENT:
             raise ValueError(
-                f"{what}: slot {slot} is {_STATE_NAMES[self._st[slot]]}, "
+                f"{what}: slot {slot} is {_STATE_NAMES[self.residency[slot]]}, "
                 "it must be resident; rematerialize it first"
             )
 
@@ -408,9 +331,9 @@ class Engine:
         self.table.check_invariants()
         self.nbhd.check_invariants()
         n = self.table.capacity
-        st = np.frombuffer(bytes(self._st[:n]), np.uint8)
-        locked = (np.asarray(self._locks[:n]) > 0) | (
-            np.frombuffer(bytes(self._pinned[:n]), np.uint8) > 0
+        st = np.frombuffer(bytes(self.residency[:n]), np.uint8)
+        locked = (np.asarray(self.locks[:n]) > 0) | (
+            np.frombuffer(bytes(self.pinned[:n]), np.uint8) > 0
         )
         want = np.zeros(n, np.int8)
         want[st == RESIDENT] = _EVICTABLE
