@@ -15,10 +15,11 @@ each, by kind; ``compare`` alternates ``replay`` between source trees in one run
 # 3. Before every ``select`` and ``choose`` the replay calls ``flush`` and times it apart:
 #    values are exact functions of the evicted set (NOTE [ Neighbourhood staging ] rule 5),
 #    so this changes nothing but splits the neighbourhood's part from the scoring's.
-# 4. Each call is timed alone (``perf_counter``, ~0.1 us of it is the timer's); a replay's
-#    total per kind is one sample; rows report median and spread over ``--rounds`` replays,
-#    the garbage collector off. ``compare`` runs each tree in its own process, alternating
-#    trees round by round, so that load on a shared machine falls on both alike.
+# 4. Each call is timed alone (``perf_counter``, ~0.1 us of it is the timer's on the 2-core
+#    AMD EPYC guest); a replay's total per kind is one sample; rows report median and spread
+#    over ``--rounds`` replays, the garbage collector off. ``compare`` runs each tree in its
+#    own process, alternating trees round by round, so that load on a shared machine falls on
+#    both alike.
 # 5. Rows: ``engine_call`` (us per call, provider = the kind), ``engine_per_eviction`` (us per
 #    eviction of the step: ``decision`` = flush + scoring, ``bookkeeping`` = every other
 #    call, ``total``); ``size`` is the number of evictions, ``params`` the workload.

@@ -8,7 +8,7 @@ lower bound, on recorded training steps at 90 % .. 10 % of their memory.
 #    (revolve) and ``chain12`` (Checkmate too).
 #    Recorded traces are cached as .npz under ``--traces`` (default out/policy_sweep/) and
 #    reused: op costs are measured times, so two sweeps compare policies only on the same
-#    files. ``--quick``: the zoo at scale 4 and gru40 at 0.7 / 0.5 / 0.3 (~2 min).
+#    files. ``--quick``: the zoo at scale 4 and gru40 at 0.7 / 0.5 / 0.3 (~2 min on 2 CPU cores).
 # 2. Budget: B = ratio x the runtime's unlimited peak (``runtime_peak``). The runtime's policy
 #    is the twin (``semantics="runtime"``) at B with each heuristic. The paper's policy is
 #    ``dtr_eq`` in the paper's semantics at B + the trace's constant bytes (the same memory

@@ -25,8 +25,9 @@ their own rows there and keep the other part's) and ``sim_sampling.csv`` (part 3
 #    minute. ``--device cuda`` runs ``random_dag(1e6, live=2e5)`` at ratio 0.9 on the GPU
 #    engine; without CUDA it is reported as not measured.
 # 5. torch runs on 1 CPU thread by default (``--threads``): with torch's default 2 threads
-#    on a shared 2-core box, a parallel region stalls ~116 ms at random when the other core is
-#    busy (docs/benchmarks.md, Scoring), which made the full-scan rows of an earlier run
+#    on the shared 2-core AMD EPYC guest, a parallel region stalled ~116 ms at random when the
+#    other core was busy (docs/benchmarks.md, "How fast is one eviction decision?"), which
+#    made the full-scan rows of an earlier run
 #    meaningless. The device column of every row says how many threads ran.
 """
 

@@ -20,11 +20,11 @@
 #    dispatch; they are the part of bench_runtime_evict's ``bookkeeping`` and ``decision``
 #    rows that the core owns.
 # 5. Per event, from separate replays with timers around three core methods (each adds
-#    ~0.2 us to what it times): ``evict_us``, an eviction's drop and bookkeeping without the
-#    choice (``Evictor.evict_one`` minus ``_choose``); ``remat_us``, a rematerialization's
-#    plan and bookkeeping without the evictions it made room with (``materialize`` minus
-#    the ``evict_one`` calls inside it, per rematerialization; the twin's executor only
-#    counts). Issue 9's target for both: <= 10 us.
+#    ~0.2 us to what it times on the 2-core AMD EPYC guest): ``evict_us``, an eviction's
+#    drop and bookkeeping without the choice (``Evictor.evict_one`` minus ``_choose``);
+#    ``remat_us``, a rematerialization's plan and bookkeeping without the evictions it made
+#    room with (``materialize`` minus the ``evict_one`` calls inside it, per
+#    rematerialization; the twin's executor only counts). Issue 9's target for both: <= 10 us.
 
 examples:
   python benchmarks/bench_sim_twin.py            # ~1 min on 2 CPU cores

@@ -6,8 +6,9 @@ on CPU tensors under the interpreter. An explicit setting is kept: on a GPU mach
 
 Torch runs one intra-op thread: the tests check values, never speed, and on a 2-core machine
 shared with other jobs torch's OpenMP regions stalled for ~0.1 s per op at random while a
-worker thread was descheduled (docs/benchmarks.md, Scoring): one slow test took over 10
-minutes that way instead of seconds. ``TRITONDTR_TEST_THREADS`` overrides the count.
+worker thread was descheduled (docs/benchmarks.md, "How fast is one eviction decision?"):
+one slow test took over 10 minutes that way instead of seconds. ``TRITONDTR_TEST_THREADS``
+overrides the count.
 """
 
 import os

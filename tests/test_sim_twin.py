@@ -161,7 +161,7 @@ def test_twin_is_exact_beyond_the_zoo(name):
     # One op's working set alone (else a BudgetError): the LSTM's mkldnn_rnn_layer_backward
     # 52 % of its peak. The GRU loop raises ThrashError at 30 % (the policy's, issue 11) and
     # takes ~40 s under stress (like the zoo's LSTM); the U-Net raises it at 20 %
-    # (docs/simulator.md, "Session 16").
+    # (docs/history/simulator-log.md, "The logs' backward mark").
     fracs = {"lstm_module": (0.8, 0.65, 0.55), "gru": (0.7, 0.5, 0.4)}
     _check(_arch_step(name), fracs=fracs.get(name, (0.7, 0.5, 0.3)), stress=name != "gru")
 

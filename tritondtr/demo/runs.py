@@ -28,9 +28,10 @@
 #    op's working set (``gelu_backward`` reads two 1 MiB tensors while autograd holds the
 #    residual stream's 256 KiB gradient, 2.25 MiB) is 8.8 % of the step's peak, so no
 #    policy that does not re-run the backward from the loss trains it below that (measured:
-#    docs/simulator.md, "Session 12"); the demo showed 10 %. Twice the blocks double the
-#    peak and keep that working set, so the demo shows what the policy does down to ~5 %
-#    (docs/benchmarks.md, "Session 13"). ``--layers 4`` runs the smaller model.
+#    docs/history/simulator-log.md, "Tight budgets on TinyGPT"); the demo showed 10 %. Twice
+#    the blocks double the peak and keep that working set, so the demo shows what the policy
+#    does down to ~5 % (docs/benchmarks.md, "How low does the demo train?"). ``--layers 4``
+#    runs the smaller model.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 #    int32, subtracted and converted from int32: the same float32 as rule 2, and cheaper.
 #    Otherwise int64, as written there. Checking the bounds on the column instead (int64
 #    amax, and amin of its int32 words: int64 amin is not vectorised) cost most of that
-#    saving. Measured: see docs/benchmarks.md, Scoring throughput, CPU, "What changed" 3.
+#    saving. Measured: see docs/benchmarks.md, Measurements behind the NOTEs, Evictable size
+#    and Clock bounds.
 # 4. The first minimum (rule 7) in two levels on CPU: the minima of rows of _ROW slots
 #    (vectorised ``amin``), ``argmin`` of those minima, then ``argmin`` of that one row.
 #    ``argmin`` returns the first minimum, so the lowest slot wins ties at both levels. The
@@ -76,8 +77,8 @@ __all__ = ["RESIDENT_EVICTABLE", "random_base", "score_torch", "select_torch"]
 # 8. lru, size and random use no fresh buffer either; random masks non-candidates with a
 #    factor (1 or NaN, from evictable_size or from state as in rule 1), not with ``where``,
 #    whose data-dependent branches are slow on random masks; int64 row minima are ~amax(~x)
-#    (int64 amin is not vectorised). Measured: see docs/benchmarks.md, Scoring throughput,
-#    CPU, "The other heuristics".
+#    (int64 amin is not vectorised). Measured: see docs/benchmarks.md, Measurements behind
+#    the NOTEs, Lean twin.
 
 RESIDENT_EVICTABLE = 1
 _M32 = 0xFFFFFFFF

@@ -29,7 +29,7 @@
 #    wall-clock counters (``recompute_s``, ``select_s``) are statistics only. So under
 #    ``analytic`` or a deterministic callable, two runs make the same decisions.
 # 7. The quality of each model (recomputation time actually spent at equal budgets):
-#    docs/benchmarks.md, Cost models, and Cost models on CUDA.
+#    docs/benchmarks.md, "Which cost model on CPU?" and "Which cost model on CUDA?".
 # 8. ``auto`` (the default) is ``measured`` on a CPU session and the H100 model (rule 9) on a
 #    CUDA session: a CPU op is synchronous, so its wall time is its compute time; a CUDA op
 #    returns once its kernels are queued, so its wall time is the launch (~10 us for every

@@ -12,7 +12,8 @@ runs eagerly.
 # 2. PyTorch's guard for this (``TorchDispatchMode._should_skip_dynamo``, torch 2.11-2.13)
 #    wraps the handler in ``torch._dynamo.disable``: a Python wrapper that swaps the
 #    eval-frame callback on every call, compiled region or not: a cost on every op of every
-#    session (docs/benchmarks.md, Runtime, torch.compile).
+#    session (docs/benchmarks.md, Measurements behind the NOTEs, Dynamo never traces the
+#    runtime).
 # 3. Instead, every way into tritondtr is marked ``@opaque``: from C++ (the handlers of the
 #    mode and of the wrapper tensor, the post-accumulate-grad hook, the end-of-backward
 #    callback of NOTE [ Leaf gradients ], the ``__del__`` of cells and storages) and from

@@ -25,7 +25,8 @@
 #    After a block's forward the copy is smallest when activations outweigh parameters, the
 #    readers when parameters do; after its backward the held dependents are (the loss and
 #    the gradient flowing on, against the block's whole forward, which still leads to the
-#    loss). Each single cut fails on one of docs/benchmarks.md's two stacks (FSDP2).
+#    loss). Each single cut fails on one of two stacks (docs/benchmarks.md, "Which cut does
+#    FSDP2 need?").
 #    Ties prefer b, then a.
 # 3. The budget counts what the rank holds for FSDP while the session sees it: a group's
 #    unsharded parameters from ``_to_unsharded`` to their free, and the copies of rule 2c

@@ -17,7 +17,8 @@
 #       per node) in its input buffer in place only for plain tensors (PyTorch's
 #       ``InputBuffer::accumulate`` refuses tensor subclasses): as wrappers every sum
 #       allocated a new weight-sized buffer, and the running sum, the new term and the result
-#       were counted together (the zoo TreeLSTM's 50 % cliff, docs/simulator.md). Plain, they
+#       were counted together (the zoo TreeLSTM's 50 % cliff, docs/history/simulator-log.md,
+#       "The TreeLSTM at 50 % sits on a cliff"). Plain, they
 #       are summed in place as in eager mode, with the same bits.
 #    c. Evicting one would have cost a re-run of the backward pass that led to it (NOTE
 #       [ Backward storages ] rule 3 in core/evict.py).

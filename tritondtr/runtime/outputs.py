@@ -18,8 +18,8 @@ cases (one fresh output, one view, an in-place op on its first argument) and sha
 #    version's own buffer: NOTE [ Consumed versions ] in core/remat.py), and every argument
 #    that reads a written storage reads that buffer, as the first execution read the memory
 #    it wrote: ``torch._foreach_add_([a, b], [b, a])`` adds the new ``a`` to ``b``. Reading
-#    the old version instead gave a silently wrong ``b`` (fuzz session 13, helper-27; older
-#    than NOTE [ Fused versions ], whose absorbed versions were read this way already).
+#    the old version instead gave a silently wrong ``b`` (found by the differential fuzzer;
+#    older than NOTE [ Fused versions ], whose absorbed versions were read this way already).
 #    (Overlapping reads and writes within one op PyTorch refuses itself.)
 
 # NOTE [ Overwriting ops ]

@@ -26,8 +26,8 @@ recipes keep referring to the old version they read.
 #    positional arguments and its ``outs`` are tuples (a tuple of ints and Nones is
 #    untracked by the collector's first pass; a list never is). On the GRU loop the two lists
 #    per recipe were ~15 % of the objects a step left to the collector, whose full
-#    collections cost ~120 ms each on the 2-core box (measured: docs/benchmarks.md, session
-#    9, Garbage collection).
+#    collections cost ~150 ms each on the 2-core AMD EPYC guest (docs/benchmarks.md, "What do
+#    Python's garbage collections cost a step?").
 
 # NOTE [ RNG replay ]
 # 1. A random op (NOTE [ Op semantics ] rule 4) captures the states of the generators it may
@@ -54,8 +54,8 @@ recipes keep referring to the old version they read.
 #    its outputs with ``enable(never_evict=fn)``, where ``fn(op_name, output)`` returns True
 #    for that op (docs/runtime.md, Randomness). cuDNN's RNN dropout is such a state tensor,
 #    declared in semantics.py as a hidden write, so its replays draw from the state the
-#    first execution read. What rules 1 to 3 cost per op:
-#    docs/benchmarks.md (Runtime, RNG capture).
+#    first execution read. What rules 1 to 3 cost per op: docs/benchmarks.md, "What does
+#    capturing a random op's generators cost?".
 
 # NOTE [ Replay context ]
 # 1. Some kernels read the grad mode: ``_sparse_mm_reduce_impl`` computes its ``arg_out``
@@ -78,7 +78,8 @@ recipes keep referring to the old version they read.
 #    autocast is already applied): the recorded op runs as it first ran, whatever autocast
 #    state is active. The first execution needs no guard: an op autocast casts is then
 #    called with autocast's own key excluded, and any other op autocast passes through.
-#    The guard's cost per replay: docs/benchmarks.md (Runtime, replay guards).
+#    The guard's cost per replay: docs/benchmarks.md, Measurements behind the NOTEs, Replay
+#    guards.
 # 4. A replay never runs under ``torch.inference_mode``: an op there hands its wrapper
 #    arguments out (NOTE [ What is tracked ] rule 7), recomputing them if evicted, and a
 #    buffer made under inference mode is an inference tensor (no version counter, no in-place
@@ -93,8 +94,8 @@ recipes keep referring to the old version they read.
 #    ``buf.clone()``: the same bytes, and for a non-overlapping dense tensor the same sizes
 #    and strides (``empty_strided`` of its own). Otherwise it is the storage's clone put
 #    under the buffer's geometry (``torch.empty`` plus ``set_``), ~4x the cost on a small
-#    buffer (measured: docs/benchmarks.md, DTR core, twin and eviction path, Replay
-#    bookkeeping).
+#    buffer (7.4 against 1.9 us for 32 x 768 float32 on the 2-core AMD EPYC guest:
+#    docs/history/benchmarks-log.md, Replay bookkeeping).
 # 2. A recipe whose tensor arguments are all single positional tensors (``OpInfo.flat``) is
 #    replayed on a shallow copy of its argument list and on its own keyword dict: the replay
 #    fills only positional slots, and ATen never writes the lists it is given. Other recipes

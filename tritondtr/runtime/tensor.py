@@ -35,7 +35,7 @@
 #    deep gradient on its way, so backward chains are bounded too.
 # 6. The limit is far above the view depth of ordinary model code (a reshape of a transpose
 #    of a slice is 3), which keeps eager's autograd graph node for node. Timings:
-#    docs/benchmarks.md, "View chains".
+#    docs/benchmarks.md, "What does a view at the end of a chain of views cost?".
 """
 
 from __future__ import annotations

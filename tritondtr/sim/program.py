@@ -76,8 +76,9 @@ def compile_trace(trace: Trace) -> Program:
     if cached is not None:
         return cached
     # Millions of small lists and no cycle: the cyclic collector would only rescan them
-    # (random_dag(1e6) compiled in 12-15 s with it, 5.5 s without, on a shared 2-core
-    # x86-64 box, before the per-op lists below were built by slicing: 2.5-3.8 s now).
+    # (random_dag(1e6) compiled in 12-15 s with it, 5.5 s without, on the shared 2-core AMD
+    # EPYC guest, before the per-op lists below were built by slicing: 2.5-3.8 s then;
+    # docs/history/benchmarks-log.md, Simulator scaling).
     collecting = gc.isenabled()
     gc.disable()
     try:

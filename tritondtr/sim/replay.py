@@ -90,7 +90,8 @@ def replay_program(
     run = _Run(prog, engine, budget, remat_limit, pool, lazy and pool is None)
     # The replay makes no reference cycles, only short-lived tuples and lists: the cyclic
     # collector would rescan everything alive (torch's objects, the program) every few thousand
-    # of them; one such pass took ~0.1 s inside a 0.015 s replay (2-core x86-64).
+    # of them; one such pass took ~0.1 s inside a 0.015 s replay (2-core AMD EPYC guest with
+    # torch loaded: docs/history/benchmarks-log.md, Simulator scaling).
     collecting = gc.isenabled()
     gc.disable()
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ turns every instruction into trace events, reading it the way the paper's simula
 #    flags the twin evicted the backward pass's own gradients as ordinary candidates and
 #    recomputed parts of the backward pass again and again (the U-Net log at 30 % of its
 #    peak; a U-Net recorded with ``tritondtr.trace`` did the same with its flags stripped);
-#    measured: docs/simulator.md, "Session 16".
+#    measured: docs/history/simulator-log.md, "The logs' backward mark".
 """
 
 from __future__ import annotations
