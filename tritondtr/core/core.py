@@ -62,8 +62,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    (``table="device"``) runs its flushes and selections on a private stream with a
 #    persistent pinned buffer for the victims (NOTE [ Private stream ] in engine/table.py): it
 #    waits only for its own work, once per selection, counted as a device synchronization
-#    (``stats.device_syncs``; 0 on the host). Where the line between the two lies was
-#    measured by ``benchmarks/gpu_check.py`` (docs/benchmarks.md, GPU check).
+#    (``stats.device_syncs``; 0 on the host). Where the line between the two lies is
+#    not yet measured: the ``latency`` stage of ``benchmarks/gpu_check.py`` measures it
+#    (docs/benchmarks.md, GPU figures: not yet measured).
 # 3. The simulator's twin passes its own table device (``--device``) and so still uses the
 #    device-resident table and kernels at millions of tensors; decisions are the same either
 #    way (the torch twin and the kernels choose the same victims: tests/test_engine.py).
@@ -102,7 +103,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # 3. The core keeps, per storage, the storages whose recipes read it (``readers``, an
 #    insertion-ordered dict per storage), built when the engine is built (a lazy core has
 #    no evicted storage a wrapper holds) and kept by ``new``, ``externalize`` and ``forget``.
-# 4. Measured on the twin (docs/simulator.md, the policy sweep, "Session 12"): the TreeLSTM's
+# 4. Measured on the twin (docs/history/simulator-log.md, Readers before release): the TreeLSTM's
 #    extra compute at 50 % of its peak 29.6 % -> 20.7 %, the LSTM's 20.9 % -> 20.3 %; two runs
 #    got worse (the LSTM at 20 %, Llama at 40 %), listed there.
 # 5. A recomputation of rule 2 that raises (the executor's error: a device out of memory, a
@@ -125,7 +126,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    runtime skips it there (``OpInfo.several``).
 # 3. The runtime and the twin call it with the same storages in the same order (the
 #    inputs as the op records them), so their decisions stay the same. Measured on the
-#    twin: docs/simulator.md, the policy sweep, "Session 12".
+#    twin: docs/history/simulator-log.md, Tight budgets on TinyGPT.
 # 4. The inputs it made resident stay locked while the next evicted one is recomputed; the
 #    inputs that were resident are not locked, so a recomputation may evict one. So it runs
 #    in rounds until every input is resident (at most one more round than inputs; ``use``
@@ -159,7 +160,8 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    replay of an op writing several (``_foreach_add_([a, b], [b, a])``) rebuilds every
 #    version it absorbed, each by replaying an op that writes several in turn, so the
 #    replays branched out at every level (a tree of recipes, not a chain; 8 ms per
-#    rematerialization of a three-tensor rotation, fuzz session 13).
+#    rematerialization of a three-tensor rotation on the 2-core AMD EPYC guest, found by the
+#    differential fuzzer).
 # 4. At most ``_MAX_LINKS`` (16) ops per fused recipe: beyond, the new version keeps ``p`` as
 #    an ordinary evicted parent (an in-place accumulation loop would otherwise make a
 #    recipe as long as the loop, replayed by recursion).
@@ -168,14 +170,15 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    stress and unlimited runs. ``p``'s id is reused only after the op ends (:meth:`end`),
 #    so a driver still holding ``p`` during the op sees it ``FREE``, never another storage;
 #    the drivers drop it then (the runtime's ``Storage.sid`` -1, the twin's map).
-# 6. Every output of an op gets the op's parents, ``p`` among them, also an output made after
-#    the version that absorbed ``p`` (the drivers make fresh outputs first, and rule 3 keeps
-#    ops writing several storages out, so only a hand-built trace does this; it was how
-#    ``_foreach_add_([a, b])`` broke before rule 3 had ``alone``: review and fuzzing, session
-#    13). That output's recipe replays ``p``'s too, so for it ``p`` stands for its parents,
-#    its cost and its nesting (``absorbed`` keeps them until the op ends), and rule 4 bounds
-#    the nesting as a fused chain's.
-# 7. Measured on the twin and the runtime: docs/benchmarks.md, "Session 13".
+# 6. Every output of an op gets the op's parents, ``p`` among them, also an output made after the
+#    version that absorbed ``p`` (the drivers make fresh outputs first, and rule 3 keeps ops writing
+#    several storages out, so only a hand-built trace does this; it was how ``_foreach_add_([a,
+#    b])`` broke before rule 3 had ``alone``, found by review and the differential fuzzer). That
+#    output's recipe replays ``p``'s too, so for it ``p`` stands for its parents, its cost and its
+#    nesting (``absorbed`` keeps them until the op ends), and rule 4 bounds the nesting as a fused
+#    chain's.
+# 7. Measured on the twin and the runtime: docs/history/benchmarks-log.md and
+#    docs/history/simulator-log.md, Fused versions.
 """
 
 from __future__ import annotations

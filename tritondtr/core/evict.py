@@ -30,8 +30,8 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    released, comes back only by running the backward pass again from the loss. Without
 #    this stage both were unpinned at once when the first stage found nothing, and TinyGPT
 #    at 10 % of its peak evicted the residual gradient and thrashed (11,000 to 13,000
-#    rematerializations a step on the twin; measured: docs/simulator.md, the policy sweep,
-#    "Session 12").
+#    rematerializations a step on the twin; measured: docs/history/simulator-log.md, Tight
+#    budgets on TinyGPT).
 # 5. Until then they stay out of the engine: no table row, no neighbourhood node, no access,
 #    lock or release event (the core keeps them in ``bw_out``, their last use in ``seen``,
 #    their locks in ``out_locks``). They were most of the engine's storages in a training
@@ -49,20 +49,19 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    storage's neighbourhood cost does not count them, and union-find classes are not
 #    merged through them. On the policy sweep's 15 recorded steps every run at 40 to 90 %
 #    of the peak is unchanged; 11 of the 45 at 10 to 30 % change, one worse (+1.7 points of
-#    extra compute), the others better or within 0.3 points (docs/simulator.md, "Session
-#    14").
+#    extra compute), the others better or within 0.3 points (docs/history/simulator-log.md,
+#    Backward storages out of the engine).
 
 # NOTE [ One victim first ]
 # 1. ``Engine.choose`` scores once for its top ``batch`` (8) candidates and serves later
 #    choices of the same eviction loop from that list (NOTE [ Exact batched choice ] in
-#    engine.py). Most :meth:`make_room` calls evict one storage only: the op in flight is
+#    engine/choice.py). Most :meth:`make_room` calls evict one storage only: the op in flight is
 #    over the budget by less than one victim.
 # 2. So the first eviction of a :meth:`make_room` asks ``engine.select(now, 1)``: by
 #    definition the exact victim ``choose`` would give. Further evictions of the same call
 #    use ``choose`` and its batched list. Victims, and so the values, peaks and
 #    rematerializations, are those of ``choose`` alone; only the number of scorings changes.
-#    Measured: see docs/benchmarks.md, Runtime, CPU ("Top-8 against top-1 scoring" and the
-#    table after it) and Engine events.
+#    Measured: docs/benchmarks.md, Measurements behind the NOTEs, One victim first.
 # 3. For the heuristics of NOTE [ Bounded choice ] (engine tables on the CPU) ``choose``
 #    itself serves every victim, the first included, from bounds that outlive the eviction
 #    loop; rule 2 is for the others.
@@ -83,31 +82,30 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 #    neighbourhood (the class of an evicted parent, or the exact e*, holds all evicted
 #    storages reachable through it), so the rule only lowers the scores of these storages: it
 #    never picks a held storage the engine did not.
-# 3. Why: the union-find classes never split (NOTE [ Eqclass rules ] rule 3), and the
-#    intermediates a long recomputation leaves behind border a class that grew over most of
-#    the evicted graph (108 ms of cost in the 158 ms step of the zoo LSTM at scale 16 and
-#    50 % of its peak). Stale and never read, they kept their place at ~20x the score of the
-#    held storages recomputed beside them, which were evicted instead: the same chain prefix
-#    was then recomputed 3-4 times. Measured on the twin: see docs/simulator.md, the policy
-#    sweep, "After NOTE [ Unheld storages ]".
-# 4. The candidates are the storages recomputed while no wrapper held them (``Core.unheld``,
-#    fed by ``Rematerializer.recompute``; entries no longer resident and unheld are dropped
-#    at each choice the rule makes, and when forgotten), the engine's victim included when
-#    it is one of them. They are visited in order of their own score (cost / (size x
-#    staleness)): once one cannot beat the best so far, none of the rest can; a walk up the
-#    ancestors stops as soon as its sum cannot either, or after 32 evicted ancestors (the
-#    engine's score stands: such a recomputation is no longer cheap), and one choice visits
-#    at most 512 ancestors in all, the rest keeping the engine's score (on a 200-layer
-#    transformer at 20 % walks over most of the evicted graph took ~5 ms a choice; with
-#    both caps 0.17 ms; the recorded steps' walks stay far below them).
+# 3. Why: the union-find classes never split (NOTE [ Eqclass rules ] rule 3), and the intermediates
+#    a long recomputation leaves behind border a class that grew over most of the evicted graph (108
+#    ms of cost in the 158 ms step of the zoo LSTM at scale 16 and 50 % of its peak, on the twin,
+#    2-core AMD EPYC guest). Stale and never read, they kept their place at ~20x the score of the
+#    held storages recomputed beside them, which were evicted instead: the same chain prefix was
+#    then recomputed 3-4 times. Measured on the twin: docs/history/simulator-log.md, Unheld
+#    storages.
+# 4. The candidates are the storages recomputed while no wrapper held them (``Core.unheld``, fed by
+#    ``Rematerializer.recompute``; entries no longer resident and unheld are dropped at each choice
+#    the rule makes, and when forgotten), the engine's victim included when it is one of them. They
+#    are visited in order of their own score (cost / (size x staleness)): once one cannot beat the
+#    best so far, none of the rest can; a walk up the ancestors stops as soon as its sum cannot
+#    either, or after 32 evicted ancestors (the engine's score stands: such a recomputation is no
+#    longer cheap), and one choice visits at most 512 ancestors in all, the rest keeping the
+#    engine's score (on a 200-layer transformer at 20 % walks over most of the evicted graph took ~5
+#    ms a choice; with both caps 0.17 ms, on the twin, 2-core AMD EPYC guest; the recorded steps'
+#    walks stay far below them).
 # 5. Not once the budget has forced backward storages out in this step (NOTE [ Backward
 #    storages ] rule 2), until the step ends (the freeze at the optimizer's first parameter
 #    write, NOTE [ Parameter writes ]): recomputations then re-run parts of the backward pass
 #    again and again, and what one leaves unheld the next one reads; evicting it by its
 #    ancestors only made more, if cheaper, recomputations (the zoo's TreeLSTM at scale 16
 #    and 50 %: 1,919 -> 2,696 on the twin; 5.8x -> 8.4x its not-binding step on the
-#    runtime). Measured: docs/simulator.md, the policy sweep, "After NOTE [ Unheld
-#    storages ]".
+#    runtime). Measured: docs/history/simulator-log.md, Unheld storages.
 # 6. A walk's result is kept (``anc_sums``): the exact sum, or, for a walk stopped at its
 #    limit, a lower bound (the costs of the ancestors it visited), or "capped" (more than 32
 #    evicted ancestors). A sum depends only on which storages are evicted: it stays exact

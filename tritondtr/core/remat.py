@@ -50,12 +50,12 @@ recomputation runs through the core's executor under the budget.
 #    until its target is resident; then those locks are released and everything evictable is
 #    evicted. Every storage is recomputed at most twice per ``materialize``, and a chain
 #    that shares nothing (rule 4's residual chain) keeps its peak.
-# 8. A frame locks its inputs to run only when its recomputation must make room first (the
-#    resident bytes are over the budget): the locks keep ``make_room`` off them, and nothing
-#    else evicts between the locks and the recomputation (the replay itself runs plain ops).
-#    Under the budget nothing is evicted, so the locks would change no victim and cost two
-#    engine calls per input (measured: docs/benchmarks.md, DTR core, twin and eviction path,
-#    Replay bookkeeping). Children finished for the frame stay locked either way (rule 2).
+# 8. A frame locks its inputs to run only when its recomputation must make room first (the resident
+#    bytes are over the budget): the locks keep ``make_room`` off them, and nothing else evicts
+#    between the locks and the recomputation (the replay itself runs plain ops). Under the budget
+#    nothing is evicted, so the locks would change no victim and cost two engine calls per input
+#    (measured: docs/history/benchmarks-log.md, Replay bookkeeping). Children finished for the frame
+#    stay locked either way (rule 2).
 
 # NOTE [ Consumed versions ]
 # 1. An in-place op makes a new version of the storage it writes (NOTE [ In-place versions ]
@@ -70,7 +70,7 @@ recomputation runs through the core's executor under the budget.
 #    ``sid``'s. ``p`` keeps its recipe, like any evicted storage.
 # 3. A chain of in-place ops (an RNN cell's gates: ``add_``, ``sigmoid_``, ``mul_`` on chunks
 #    of one buffer) is then rebuilt in one buffer instead of one copy per link. Measured on
-#    the twin: docs/benchmarks.md, session 8.
+#    the twin: docs/history/benchmarks-log.md, Consumed versions.
 
 # NOTE [ A recomputation is not a use ]
 # 1. The heuristics' staleness (now - last access) stands for "how soon will the program read

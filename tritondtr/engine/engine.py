@@ -111,7 +111,7 @@ class Engine:
         self.remats = 0
         if self.backend is policy.Backend.TRITON and self.table.device.type == "cuda":
             # Compile the selection now, on the empty table, not inside the first eviction
-            # (a JIT compile of ~1 s there would land in a training step's decision).
+            # (a JIT compile there would land in a training step's decision).
             self.table.select(self.heuristic, 0, self.batch, backend=self.backend, seed=self.seed)
             self.table.device_syncs = 0  # not a decision
 

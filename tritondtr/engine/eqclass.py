@@ -21,11 +21,11 @@ class values ]); the neighbourhood's facade reports the events and writes the st
 # 6. Unions are by node count; a class with no live member is dead and its nodes are reused.
 
 # NOTE [ Incremental class values ]
-# Rule 2 recomputed per slot costs O(deg) finds, and a change of a class's value reaches its
-# whole frontier (docs/benchmarks.md, Neighbourhood maintenance). So the value of every
-# resident r is kept, exactly, as
-#     value(r) = base[r] + sum of pend[c] over the classes c whose frontier holds r,
-# integers in units of 2**-149 like the class values (NOTE [ Neighbourhood staging ] rule 5).
+# Rule 2 recomputed per slot costs O(deg) finds, and a change of a class's value reaches its whole
+# frontier (docs/benchmarks.md, Measurements behind the NOTEs, Incremental class values). So the
+# value of every resident r is kept, exactly, as value(r) = base[r] + sum of pend[c] over the
+# classes c whose frontier holds r, integers in units of 2**-149 like the class values (NOTE [
+# Neighbourhood staging ] rule 5).
 # 1. A change that adds the same d to every frontier member of class c (rule 3's cost(t)
 #    subtracted, rule 4's difference, a union's other value) adds d to val[c] and to pend[c]
 #    and records c: O(1), whatever the frontier.

@@ -71,8 +71,8 @@ _NAN = np.float32(np.nan)
 #    for the slots written, on the host; it is staged and flushed like the others.
 # 3. Why: it holds both the candidate test and the float32 size that every ratio score needs,
 #    so a decision reads 4 bytes per slot instead of size's 8 and state's 1 and does not convert
-#    int64 -> float32, which is not vectorised on CPU (measured: see docs/benchmarks.md,
-#    Scoring throughput, CPU: the "torch lean" column and "What changed" 1). The cost moves
+#    int64 -> float32, which is not vectorised on CPU (measured: docs/benchmarks.md,
+#    Measurements behind the NOTEs, Evictable size and Clock bounds). The cost moves
 #    to the writes of size and state: one more float per slot written.
 # 4. The Triton kernels read size and state as before (the twin is the specification; both
 #    give the same victims).
@@ -84,7 +84,8 @@ _NAN = np.float32(np.nan)
 # 2. select and score pass them to the torch twin, which takes the int32 clock path (NOTE
 #    [ Lean twin ] 3) when they lie in [0, 2**31): two int compares per touch, instead of two
 #    reductions of last_access per decision, which cost most of what the int32 path saves
-#    (measured: see docs/benchmarks.md, Scoring throughput, CPU, "What changed" 3).
+#    (measured: docs/benchmarks.md, Measurements behind the NOTEs, Evictable size and
+#    Clock bounds).
 
 
 class MetadataTable:
