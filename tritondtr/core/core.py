@@ -183,7 +183,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -191,13 +191,22 @@ from ..engine.engine import Engine
 from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from .anchors import Anchors
 from .errors import BudgetError, ThrashError
-from .evict import Evictor
+from .evict import AncestorSum, Evictor
 from .remat import Rematerializer
 from .stats import CoreStats
 
 __all__ = ["Core", "Executor"]
 
 _MAX_LINKS = 16  # NOTE [ Fused versions ] rule 4: ops per fused recipe, at most
+
+
+class Absorbed(NamedTuple):
+    """A version another version of its storage absorbed (NOTE [ Fused versions ] rules 5, 6),
+    kept until the op ends for the op's later outputs, which stand for it by these."""
+
+    parents: tuple[int, ...]  # its parents (sids)
+    cost: float  # its op's cost (ns)
+    links: int  # the recipes its replay nests
 
 
 class Executor(Protocol):
@@ -280,8 +289,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.writes: list[int] = []  # the storage it is an in-place version of, or -1
         self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
         self.links: dict[int, int] = {}  # sid -> recipes its replay nests (ibid. rules 4, 6)
-        # absorbed id -> (its parents, its cost, its links) until the op ends (ibid. 5, 6)
-        self.absorbed: dict[int, tuple[tuple[int, ...], float, int]] = {}
+        self.absorbed: dict[int, Absorbed] = {}  # absorbed id -> what it was, until the op ends
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
@@ -289,7 +297,7 @@ class Core(Evictor, Rematerializer, Anchors):
         self.deferred: list[int] = []  # inputs of the op in flight not yet locked (NOTE
         self.input_locks: list[int] = []  # [ Deferred locks ]) and those locked since
         self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
-        self.anc_sums: dict[int, list] = {}  # sid -> [ancestors' cost, kind] (ibid. rule 6)
+        self.anc_sums: dict[int, AncestorSum] = {}  # sid -> its kept sum (ibid. rule 6)
         self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
         self.anc_border: dict[int, list[int]] = {}  # resident sid -> exact sums it bounds
         self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
@@ -377,7 +385,7 @@ class Core(Evictor, Rematerializer, Anchors):
         if links:  # NOTE [ Fused versions ] rules 4 and 6: the recipes its replay nests
             self.links[sid] = links
             if p >= 0:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
-                self.absorbed[p] = (self.inputs[p], self.cost[p], self.links.get(p, 1))
+                self.absorbed[p] = Absorbed(self.inputs[p], self.cost[p], self.links.get(p, 1))
                 self.forget(p, absorbed=True)
         return sid
 
@@ -398,9 +406,9 @@ class Core(Evictor, Rematerializer, Anchors):
         grows, cost, writes, the version absorbed or -1, the recipes the replay nests or 0)."""
         ab, deep = self.absorbed, 0
         if ab and any(i in ab for i in inputs):  # rule 6
-            cost += sum(ab[i][1] for i in set(inputs) if i in ab)
-            deep = max(ab[i][2] for i in inputs if i in ab)
-            inputs = tuple(x for i in inputs for x in (ab[i][0] if i in ab else (i,)))
+            cost += sum(ab[i].cost for i in set(inputs) if i in ab)
+            deep = max(ab[i].links for i in inputs if i in ab)
+            inputs = tuple(x for i in inputs for x in (ab[i].parents if i in ab else (i,)))
         p = writes
         if p >= 0 and alone and not self.nread[p] and p in inputs:  # rules 1 and 3
             links = max(self.links.get(p, 1), deep) + 1

@@ -123,8 +123,10 @@ backward pass's storages are unpinned; then :class:`BudgetError`.
 
 from __future__ import annotations
 
+import enum
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -132,15 +134,34 @@ from ..engine.residency import EVICTED, RESIDENT
 from ..policy.heuristics import Heuristic
 from .errors import BudgetError
 
-__all__ = ["Evictor"]
+__all__ = ["AncestorSum", "Evictor", "SumKind"]
 
 _profiling = torch.autograd._profiler_enabled
 _INF = float("inf")
 _DESCENDANTS = (Heuristic.DTR, Heuristic.DTR_EQ)  # NOTE [ Unheld storages ] rule 2
 _MAX_WALK = 32  # ibid. rule 4: more evicted ancestors than this, and the engine's score stands
 _MAX_VISITS = 512  # ibid.: ancestors visited per choice, all walks together
-_BOUND, _EXACT, _CAPPED = 0, 1, 2  # ibid. rule 6: what a kept sum is
 _BW_WALK = 8  # NOTE [ Backward storages ] rule 4: evicted backward ancestors, at most
+
+
+class SumKind(enum.Enum):
+    """What a kept ancestor sum is (NOTE [ Unheld storages ] rule 6)."""
+
+    BOUND = "bound"  # at most the sum: the walk stopped at its limit
+    EXACT = "exact"  # the sum
+    CAPPED = "capped"  # more than _MAX_WALK evicted ancestors: the engine's score stands
+
+
+_BOUND, _EXACT, _CAPPED = SumKind.BOUND, SumKind.EXACT, SumKind.CAPPED
+
+
+@dataclass(slots=True)
+class AncestorSum:
+    """A storage's kept ancestor sum (NOTE [ Unheld storages ] rule 6): the summed cost (ns)
+    of the evicted storages its recomputation needs, or a bound of it, and which it is."""
+
+    cost: float
+    kind: SumKind
 
 
 class Evictor:
@@ -226,10 +247,10 @@ class Evictor:
             own = cost[sid]
             limit = best * d - own
             known = sums.get(sid)  # rule 6
-            if known is not None and (known[1] == _CAPPED or known[0] > limit):
+            if known is not None and (known.kind is _CAPPED or known.cost > limit):
                 continue
-            if known is not None and known[1] == _EXACT:
-                anc = known[0]
+            if known is not None and known.kind is _EXACT:
+                anc = known.cost
             else:
                 anc, n = self._ancestors_cost(sid, limit, min(_MAX_WALK, visits))
                 visits -= n
@@ -273,7 +294,7 @@ class Evictor:
                     border.append(j)
         else:
             found, kind = total, _EXACT
-        self.anc_sums[sid] = [total, kind]
+        self.anc_sums[sid] = AncestorSum(total, kind)
         inside = self.anc_inside
         for i in seen:
             inside.setdefault(i, []).append(sid)
@@ -291,8 +312,8 @@ class Evictor:
         if evicted:
             for u in self.anc_border.pop(sid, ()):
                 known = sums.get(u)
-                if known is not None and known[1] == _EXACT:
-                    known[1] = _BOUND
+                if known is not None and known.kind is _EXACT:
+                    known.kind = _BOUND
         else:
             for u in self.anc_inside.pop(sid, ()):
                 sums.pop(u, None)
@@ -302,7 +323,8 @@ class Evictor:
         with a fresh walk: an exact sum must be the sum, a bound at most the sum, a capped
         storage must have more than ``_MAX_WALK`` evicted ancestors."""
         state, inputs, cost = self.state, self.inputs, self.cost
-        for sid, (value, kind) in self.anc_sums.items():
+        for sid, known in self.anc_sums.items():
+            value, kind = known.cost, known.kind
             seen, todo, total = set(), [i for i in inputs[sid] if state[i] == EVICTED], 0.0
             while todo:
                 i = todo.pop()

@@ -68,8 +68,7 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
         s = cell.storage
         if s.recipe is None:
             return derive(s.buf, t._view)
-        session.depth += 1
-        try:
+        with session.in_flight:
             observer = session.observer
             if s.buf is None:
                 if observer is not None:
@@ -83,8 +82,6 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
                 if observer is not None:
                     observer.released(s.sid)
             return derive(buf, t._view)
-        finally:
-            session.depth -= 1
 
 
 class ReadMemory:
@@ -180,7 +177,7 @@ class ReadMemory:
 def writes_leaf(session, info, args, kwargs) -> bool:
     """Whether the op writes plain memory the session's recipes read (NOTE [ Parameter
     writes ] rules 1 and 3)."""
-    hooks, reads = session._hooks, session.reads
+    reads = session.reads
     for key in info.written:
         v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
         for t in v if isinstance(v, (list, tuple)) else (v,):
@@ -194,8 +191,7 @@ def writes_leaf(session, info, args, kwargs) -> bool:
                     continue  # not resident: no recipe of this session read it
             elif not isinstance(t, torch.Tensor):
                 continue
-            h = hooks.get(id(t))
-            if h is not None and h[0]() is t:
+            if session.watches(t):
                 return True
             if reads and reads.written(t):
                 return True
@@ -206,25 +202,22 @@ def reads_plain(session, t: torch.Tensor) -> bool:
     """Whether the session's recipes read plain tensor ``t`` (a hooked leaf, or memory a
     live recipe reads): replacing its memory (NOTE [ Plain .data assignment ] in
     plaindata.py) is a write of NOTE [ Parameter writes ]."""
-    h = session._hooks.get(id(t))
-    return (h is not None and h[0]() is t) or bool(session.reads and session.reads.written(t))
+    return session.watches(t) or bool(session.reads and session.reads.written(t))
 
 
-def freeze(session) -> None:
-    """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds."""
+def freeze(session) -> bool:
+    """NOTE [ Parameter writes ]: hand out every storage a wrapper still holds; False if
+    the session has tracked nothing yet (nothing to hand out)."""
     core = session.core
     if core.device is None:
-        return
+        return False
     with _disable_current_modes():  # a release may recompute (NOTE [ Readers before release ])
         session.drain()
         if session.observer is not None:
             session.observer.froze()
-        session.depth += 1
-        try:
+        with session.in_flight:
             core.freeze()
-        finally:
-            session.depth -= 1
-    session.frozen_at = core.now
+    return True
 
 
 def call_plain(info, args, kwargs):

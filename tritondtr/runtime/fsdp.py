@@ -152,16 +152,13 @@ class FSDPWatch:
         core = session.core
         self.frees += 1
         for p in group.fsdp_params:
-            session._hook(p.sharded_param)  # rule 5: its writes freeze
+            session.watch_leaf(p.sharded_param)  # rule 5: its writes freeze
         if core.evicting and id(group) not in self.kept:
             with _disable_current_modes():
                 if session.depth == 0:
                     session.drain()
-                session.depth += 1
-                try:
+                with session.in_flight:
                     kept = self._keep(group, storages)
-                finally:
-                    session.depth -= 1
             if kept is not None:
                 self.kept[id(group)] = kept
         nbytes = self.counted.pop(id(group), 0)

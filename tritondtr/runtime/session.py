@@ -82,6 +82,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
+from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import (
@@ -137,6 +138,30 @@ _inference_mode = torch.is_inference_mode_enabled  # ibid. rule 7
 _AccumulateGrad = torch._C._functions.AccumulateGrad
 _UNRESOLVED = object()  # ``Session.cost_fn`` until the session's device is known (NOTE
 # [ Cost models ] rule 8 in cost.py)
+
+
+class _LeafHook(NamedTuple):
+    """A leaf the session hooked (NOTE [ What is tracked ] rule 4)."""
+
+    leaf: weakref.ref  # to the leaf: ``id`` keys outlive their tensors
+    handle: torch.utils.hooks.RemovableHandle  # its post-accumulate-grad hook
+
+
+class _InFlight:
+    """``with session.in_flight:`` the runtime's own work between ops (a recomputation for a
+    value, a freeze, an FSDP2 keep) counts as an op in flight: the session's queues are not
+    drained inside it. Reentrant; the session's ``depth`` is its only state."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __enter__(self) -> None:
+        self.session.depth += 1
+
+    def __exit__(self, *exc) -> None:
+        self.session.depth -= 1
 
 
 class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
@@ -199,9 +224,10 @@ class Session:
         self.absorbed: list[Storage] = []  # versions the op in flight fused (NOTE [ Fused
         # versions ] in core/core.py): their ``sid`` becomes -1 when the op ends
         self.depth = 0  # > 0 while an op is in flight (then the queues are not drained)
+        self.in_flight = _InFlight(self)  # ``with session.in_flight:`` the runtime's own work
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
-        self._hooks: dict[int, tuple] = {}
+        self._hooks: dict[int, _LeafHook] = {}  # id(leaf) -> NOTE [ What is tracked ] rule 4
         self.reads = boundary.ReadMemory()  # NOTE [ Parameter writes ] rule 3
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
@@ -316,9 +342,9 @@ class Session:
             st._peak_device = None
         plaindata.uninstall()
         self.active, self.closed = False, True
-        leaves = [ref() for ref, _ in self._hooks.values()]
-        for _, handle in self._hooks.values():
-            handle.remove()
+        leaves = [h.leaf() for h in self._hooks.values()]
+        for h in self._hooks.values():
+            h.handle.remove()
         self._hooks.clear()
         self.reads.clear()
         self.leafgrads = LeafGrads()  # drop the nodes of the last backward pass
@@ -358,7 +384,7 @@ class Session:
         out = self._call(info, args, kwargs)
         node = _autograd_node()
         if node is not None and type(node) is _AccumulateGrad:  # NOTE [ What is tracked ] 4
-            self._hook(node.variable)
+            self.watch_leaf(node.variable)
         if self.debug and self.depth == 0:
             self.drain()
             self.check_invariants()
@@ -640,7 +666,7 @@ class Session:
         elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
             return v
         elif v.requires_grad and _is_leaf(v):
-            self._hook(v)
+            self.watch_leaf(v)
         elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
             inputs.append(_new_tuple(Input, (key, j, v.clone(), None, None, SNAPSHOT)))
             return v
@@ -786,20 +812,26 @@ class Session:
 
     def freeze(self) -> None:
         """NOTE [ Parameter writes ] (boundary.py)."""
-        boundary.freeze(self)
+        if boundary.freeze(self):
+            self.frozen_at = self.core.now
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the session disagrees with its core (debug mode)."""
         boundary.check_invariants(self)
 
-    def _hook(self, p: torch.Tensor) -> None:
-        """NOTE [ What is tracked ] rule 4."""
-        h = self._hooks.get(id(p))
-        if h is not None and h[0]() is p:
+    def watch_leaf(self, p: torch.Tensor) -> None:
+        """NOTE [ What is tracked ] rule 4: hook leaf ``p``'s gradient accumulation."""
+        if self.watches(p):
             return
-        self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+        hook = p.register_post_accumulate_grad_hook(self._on_grad)
+        self._hooks[id(p)] = _LeafHook(weakref.ref(p), hook)
         self.reads.leaf(p, self.fsdp.keys)
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
+
+    def watches(self, t: torch.Tensor) -> bool:
+        """Whether plain tensor ``t`` is a leaf this session hooked (:meth:`watch_leaf`)."""
+        h = self._hooks.get(id(t))
+        return h is not None and h.leaf() is t
 
     @opaque  # called by autograd: NOTE [ Dynamo never traces the runtime ] rule 3
     def _on_grad(self, p: torch.Tensor) -> None:

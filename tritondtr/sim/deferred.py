@@ -25,13 +25,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # The deferred calls, by storage id: (LOG_NEW, storage, op, now), (LOG_COST, storage, cost),
 # (LOG_EDGES, storage, parent storages), (LOG_PIN, storage), (LOG_EVICT, storage),
 # (LOG_REMAT, storage, now).
 LOG_NEW, LOG_COST, LOG_EDGES, LOG_PIN, LOG_EVICT, LOG_REMAT = range(6)
 UNSYNCED = 1 << 62  # the placeholder slot of a storage created while lazy (not a real slot)
 
-__all__ = ["EngineCalls", "held_storages"]
+__all__ = ["EngineCalls", "Frame", "held_storages"]
 
 
 class EngineCalls:
@@ -104,10 +106,10 @@ class EngineCalls:
         storages in ``held`` (with multiplicity); calls go to the engine from now on."""
         p, e, slot, last = self.p, self.e, self.slot, self.last
         stamped = {}  # storage -> the last access its new / remat gave the engine
-        for entry in self.log:
+        for entry in self.log:  # the layouts: the LOG_* codes above
             k, s = entry[0], entry[1]
             if k == LOG_NEW:
-                o, now = entry[2], entry[3]
+                _, _, o, now = entry
                 v = e.new(p.op_cost[o], p.st_size[s], now, [slot[q] for q in p.op_new_parents[o]])
                 slot[s] = v
                 self.sid_of_slot[v] = s
@@ -115,12 +117,15 @@ class EngineCalls:
             elif k == LOG_EVICT:
                 e.evict(slot[s])
             elif k == LOG_REMAT:
-                e.remat(slot[s], entry[2])
-                stamped[s] = entry[2]
+                _, _, now = entry
+                e.remat(slot[s], now)
+                stamped[s] = now
             elif k == LOG_COST:
-                e.set_cost(slot[s], entry[2])
+                _, _, cost = entry
+                e.set_cost(slot[s], cost)
             elif k == LOG_EDGES:
-                e.add_parents(slot[s], [slot[q] for q in entry[2]])
+                _, _, parents = entry
+                e.add_parents(slot[s], [slot[q] for q in parents])
             else:
                 e.pin(slot[s])
         for s, now in stamped.items():
@@ -132,13 +137,24 @@ class EngineCalls:
         self.lazy = False
 
 
-def held_storages(stack: list, sid: list) -> list[int]:
+@dataclass(slots=True)
+class Frame:
+    """One tensor the replay's ``_materialize`` is making defined (its explicit stack)."""
+
+    tensor: int
+    remat: bool  # a rematerialization, not the program's first computation
+    inputs: list[int]  # the tensors its op reads
+    missing: list[int]  # those that were not defined when the frame began
+    next: int  # missing[:next] are defined (and locked) by now
+
+
+def held_storages(stack: list[Frame], sid: list) -> list[int]:
     """The storages locked by the frames of the replay's ``_materialize`` stack, with
     multiplicity: each frame's inputs but its missing ones not yet computed (rule 2)."""
     held = []
-    for frame in stack:  # [tensor, remat flag, inputs, missing inputs, next missing index]
-        pending = frame[3][frame[4] :]
-        for q in frame[2]:
+    for frame in stack:
+        pending = frame.missing[frame.next :]
+        for q in frame.inputs:
             if q in pending:
                 pending.remove(q)
             else:

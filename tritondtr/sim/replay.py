@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .deferred import LOG_NEW, UNSYNCED, EngineCalls, held_storages
+from .deferred import LOG_NEW, UNSYNCED, EngineCalls, Frame, held_storages
 from .program import (
     KIND_CALL,
     KIND_CONSTANT,
@@ -266,22 +266,21 @@ class _Run(EngineCalls):
         """Make tensor ``target`` defined (NOTE [ Replay semantics ] 3), without recursion."""
         p = self.p
         sid, defined, op_of = p.sid, self.defined, p.op_of
-        # A frame: [tensor, remat flag, inputs, missing inputs, next missing index].
         stack = [self._enter(target, remat)]
         while stack:
             frame = stack[-1]
-            missing, j = frame[3], frame[4]
+            missing, j = frame.missing, frame.next
             while j < len(missing):
                 q = missing[j]
                 if not defined[q]:
                     break
                 self._lock(sid[q])
                 j += 1
-            frame[4] = j
+            frame.next = j
             if j < len(missing):
                 stack.append(self._enter(missing[j], True))
                 continue
-            t, is_remat, ins = frame[0], frame[1], frame[2]
+            t, is_remat, ins = frame.tensor, frame.remat, frame.inputs
             o = op_of[t]
             need = p.op_total[o]
             if self.mem + need > self.budget:
@@ -301,10 +300,10 @@ class _Run(EngineCalls):
             stack.pop()
             if stack:  # the parent frame's missing input is now defined: lock it
                 parent = stack[-1]
-                self._lock(sid[parent[3][parent[4]]])
-                parent[4] += 1
+                self._lock(sid[parent.missing[parent.next]])
+                parent.next += 1
 
-    def _enter(self, t: int, remat: bool) -> list:
+    def _enter(self, t: int, remat: bool) -> Frame:
         p = self.p
         sid, defined, last = p.sid, self.defined, self.last
         ins = p.op_inputs[p.op_of[t]]
@@ -320,7 +319,7 @@ class _Run(EngineCalls):
                 self._lock(sid[q])
             else:
                 missing.append(q)
-        return [t, remat, ins, missing, 0]
+        return Frame(t, remat, ins, missing, 0)
 
     def _compute(self, t: int, o: int, remat: bool) -> None:
         p = self.p
