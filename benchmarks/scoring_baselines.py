@@ -1,6 +1,6 @@
 """Baselines of the scoring benchmark: synthetic metadata, a numpy and a plain-Python selection.
 
-Both baselines implement NOTE [ Scoring rules ] (``tritondtr/policy/scoring.py``) for k = 1 and
+Both baselines implement NOTE [ Scoring rules ] (``tritondtr/policy/spec.py``) for k = 1 and
 every built-in heuristic. numpy computes in float32 in the twin's order, so its victim equals the
 twin's bit for bit. The Python loop computes in Python floats (float64), as the original DTR
 simulator does; its victim may differ from the twin's only where two scores are equal after

@@ -1,8 +1,9 @@
 """Heuristic scores of every slot: the per-tile scoring shared by all kernels, the ``score``
 kernel and the argument checks of every launcher.
 
-The formulas reproduce NOTE [ Scoring rules ] in ``tritondtr/policy/scoring.py`` (the torch twins)
-bit for bit; this module only imports torch and triton.
+The formulas reproduce NOTE [ Scoring rules ] (``tritondtr/policy/spec.py``, the specification)
+bit for bit, as the torch twins in ``tritondtr/policy/scoring.py`` do; this module only imports
+torch and triton.
 """
 
 from __future__ import annotations

@@ -1,49 +1,21 @@
-"""The torch twins against an independent scalar reference written from NOTE [ Scoring rules ]."""
+"""The torch twins against the scalar specification of NOTE [ Scoring rules ] (policy/spec.py)."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from tritondtr import Heuristic, register_heuristic
+from tritondtr.policy import spec
 from tritondtr.policy.heuristics import unregister_heuristic
 from tritondtr.policy.scoring import random_base, score_torch, select_torch
 
-F32 = np.float32
-
-
-def f32_of_int64(x: int) -> np.float32:
-    """float32 of x wrapped to int64 as int64 arithmetic does, rounded once (numpy's cast)."""
-    return np.array([(x + 2**63) % 2**64 - 2**63], dtype=np.int64).astype(F32)[0]
-
 
 def reference_score(h: Heuristic, cost, size, last, nbhd, now, slot, seed):
-    """One slot's score, scalar by scalar, with numpy float32 arithmetic."""
-    if h is Heuristic.LRU:
-        return int(last)
-    if h is Heuristic.SIZE:
-        return -int(size)
-    if h is Heuristic.RANDOM:
-        x = (slot ^ random_base(seed, now)) & 0xFFFFFFFF
-        x ^= x >> 16
-        x = (x * 0x7FEB352D) & 0xFFFFFFFF
-        x ^= x >> 15
-        x = (x * 0x846CA68B) & 0xFFFFFFFF
-        x ^= x >> 16
-        return float(F32(x >> 8) * F32(2.0**-24))
-    s = f32_of_int64(now - last)
-    if h is Heuristic.MSPS:
-        num, den = F32(cost) + F32(nbhd), f32_of_int64(size)
-    elif h is Heuristic.DTR_LOCAL:
-        num, den = F32(cost), f32_of_int64(size) * s
-    else:
-        num, den = F32(cost) + F32(nbhd), f32_of_int64(size) * s
-    if not den > 0:
-        return math.inf
-    with np.errstate(all="ignore"):
-        v = float(F32(num) / den)
-    return math.inf if math.isnan(v) else v
+    """One slot's score by the readable specification (tritondtr/policy/spec.py)."""
+    return spec.score(
+        h, cost=cost, size=size, last_access=last, nbhd_cost=nbhd, now=now, slot=slot, seed=seed
+    )
 
 
 def make_columns(n, seed):
@@ -303,3 +275,25 @@ def test_both_clock_paths_match_the_reference(now, edge, n):
             clock_bounds=bounds,
             evictable_size=evictable_size(size, state),
         )
+
+
+@pytest.mark.parametrize("seed,now", [(0, 0), (3, 11), (2**32 + 5, 2**40), (-1, 7)])
+def test_the_twins_random_base_is_the_specifications(seed, now):
+    assert random_base(seed, now) == spec.random_base(seed, now)
+
+
+@pytest.mark.parametrize("h", list(Heuristic), ids=lambda h: h.value)
+def test_twin_selection_matches_the_specifications(h):
+    cost, size, last, nbhd, state = make_columns(300, seed=7)
+    want = spec.select(
+        h,
+        cost=cost.tolist(),
+        size=size.tolist(),
+        last_access=last.tolist(),
+        nbhd_cost=nbhd.tolist(),
+        state=state.tolist(),
+        now=11,
+        k=20,
+        seed=3,
+    )
+    assert select_torch(h, cost, size, last, nbhd, state, 11, 20, 3).tolist() == want

@@ -1,21 +1,7 @@
-"""Torch twins of the scoring kernels: the specification, the CPU path and the test oracle.
+"""Torch twins of the scoring kernels: the CPU path, and the kernels' test oracle.
 
-# NOTE [ Scoring rules ]
-# 1. Candidates are the slots whose state is ``RESIDENT_EVICTABLE`` (1); no other slot is
-#    ever selected, whatever its score.
-# 2. s = now - last_access, computed in int64 and then rounded to float32.
-# 3. Ratio scores are computed in float32 in this exact order, so that a kernel can match
-#    them bit for bit: num = cost + nbhd_cost (or cost), den = float32(size) * s (or
-#    float32(size)), score = num / den (IEEE round-to-nearest division).
-# 4. A non-positive denominator gives +inf; NaN gives +inf. A candidate with score +inf can
-#    still be selected: it only loses to every finite score.
-# 5. ``lru`` and ``size`` rank by exact int64 keys (last_access, and -size) so that large
-#    clocks and sizes never tie by rounding.
-# 6. ``random`` scores are a 32-bit integer hash (lowbias32) of (seed + now) mixed with the
-#    slot id, scaled to [0, 1) with 24 bits: reproducible from the seed, different per
-#    decision, identical on every backend.
-# 7. Ties go to the lowest slot id. Selection returns min(k, #candidates) ids, ordered by
-#    (score, slot id) ascending; nothing evictable gives an empty result.
+The rules are NOTE [ Scoring rules ] in spec.py, the readable specification that this
+file, the CPU path, and the kernels are tested against.
 """
 
 from __future__ import annotations
