@@ -122,10 +122,13 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    materializes the evicted ones (each left locked for the caller) before any resident
 #    input is used; then ``use`` runs on every input as before. A resident input that the
 #    first pass evicted is recomputed by its ``use``, beside the inputs already there. An op
-#    reading one tensor needs no first pass (its ``use`` makes the same decisions), so the
-#    runtime skips it there (``OpInfo.several``).
+#    with one tracked input needs no first pass (its ``use`` makes the same decisions):
+#    ``use_evicted`` returns at once for fewer than two storages.
 # 3. The runtime and the twin call it with the same storages in the same order (the
-#    inputs as the op records them), so their decisions stay the same. Measured on the
+#    inputs as the op records them), so their decisions stay the same: the twin with every
+#    op's list, the runtime only for ops with more than one tensor argument
+#    (``OpInfo.several``, from the schema) and an evicted one among them, which skips
+#    building the list where rule 2 or the empty first pass would do nothing anyway. Measured on the
 #    twin: docs/history/simulator-log.md, Tight budgets on TinyGPT.
 # 4. The inputs it made resident stay locked while the next evicted one is recomputed; the
 #    inputs that were resident are not locked, so a recomputation may evict one. So it runs
@@ -560,7 +563,9 @@ class Core(Evictor, Rematerializer, Anchors):
         """NOTE [ Evicted inputs first ]: make resident the evicted storages among ``sids``
         (the op's tracked inputs, in argument order) before any of its inputs is used; each
         one recomputed is appended to ``locked`` (locked once; the caller unlocks it after
-        the op ran, or on error)."""
+        the op ran, or on error). Nothing for fewer than two (rule 2)."""
+        if len(sids) < 2:
+            return
         state, mine = self.state, []
         for _ in range(len(sids) + 1):  # rule 4: rounds, until every input is resident
             todo = [sid for sid in sids if state[sid] == EVICTED]

@@ -37,23 +37,52 @@ cases (one fresh output, one view, an in-place op on its first argument) and sha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from ..core import Core
+from .boundary import ReadMemory
+from .config import RuntimeConfig
+from .fsdp import FSDPWatch
 from .nondeterministic import pins_nondeterministic
-from .recipe import PLAIN, READ, WRITE, Cell, Recipe, blank, geometry, storage_ptr
+from .recipe import PLAIN, READ, WRITE, Cell, Recipe, Storage, blank, geometry, storage_ptr
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 
-if TYPE_CHECKING:
-    from .session import Session
+__all__ = [
+    "OutputOwner",
+    "aliases",
+    "blank_writes",
+    "forget",
+    "fresh",
+    "outputs",
+    "seal",
+    "view_of",
+]
 
-__all__ = ["aliases", "blank_writes", "forget", "fresh", "outputs", "seal", "view_of"]
+
+class OutputOwner(Protocol):
+    """What wrapping an op's outputs needs of the session that ran it (``Session`` is one):
+    its core, config and memory watches to read, and the session's own methods to track a
+    storage, fix its device, and ask the rules an output is checked against."""
+
+    core: Core
+    config: RuntimeConfig
+    fsdp: FSDPWatch
+    reads: ReadMemory
+
+    def start(self, device: torch.device) -> None: ...
+
+    def track(self, buf, recipe, out, parents, cost, pinned, writes=-1, alone=True) -> Storage: ...
+
+    def leaf_grad(self, o: torch.Tensor) -> bool: ...
+
+    def adopts_device(self, out: torch.Tensor, info) -> bool: ...
 
 
 def outputs(
-    session: Session, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+    session: OutputOwner, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
 ):
     """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
     tracked, views wrapped over their argument's cell, written arguments given new versions
@@ -112,7 +141,7 @@ def outputs(
     return res[0] if single else tuple(res)
 
 
-def fresh(session: Session, o, rec, r, j, parents, cost) -> DTRTensor:
+def fresh(session: OutputOwner, o, rec, r, j, parents, cost) -> DTRTensor:
     core, info, never = session.core, rec.info, session.config.never_evict
     if core.device is None:
         session.start(o.device)
@@ -188,7 +217,7 @@ def _covers(v: torch.Tensor, nbytes: int) -> bool:
     return True
 
 
-def seal(session: Session, rec, pargs, pkw) -> None:
+def seal(session: OutputOwner, rec, pargs, pkw) -> None:
     """The op ran and ``rec`` is complete: its call keeps storages, not tensors (every
     tensor input's place in ``pargs`` / ``pkw`` is cleared), its positional arguments become
     a tuple (NOTE [ Storage lifetime ] rule 6), and the session notes the plain memory it
@@ -224,4 +253,4 @@ def _trackable(o, session, info) -> bool:
     if o is None or o.layout is not torch.strided or o.is_nested:  # NOTE [ What is tracked ] 3
         return False
     # NOTE [ Session device ] in device.py
-    return o.device == session.core.device or session._other_device(o, info)
+    return o.device == session.core.device or session.adopts_device(o, info)

@@ -324,7 +324,7 @@ class Session:
                 if buf is not None:
                     buf.record_stream(stream)
 
-    def _other_device(self, out: torch.Tensor, info) -> bool:
+    def adopts_device(self, out: torch.Tensor, info) -> bool:
         """Whether ``out``, not on the session's device, fixes it now (NOTE [ Session device ]
         rule 2); otherwise it stays plain, with rule 3's warning once."""
         dev = out.device
@@ -524,7 +524,7 @@ class Session:
                     out is not None
                     and out.layout is _STRIDED
                     and not out.is_nested  # NOTE [ What is tracked ] rule 3
-                    and (out.device == core.device or self._other_device(out, info))
+                    and (out.device == core.device or self.adopts_device(out, info))
                     and (_in_backward() < 0 or not self.leaf_grad(out))
                 ):
                     rec = Recipe(info, pargs, pkw, inputs, rng)
