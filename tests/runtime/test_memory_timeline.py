@@ -133,10 +133,40 @@ def test_logging_the_loss_and_a_second_step_keep_the_order():
     assert "aten._local_scalar_dense.default" in tl.name[:b1]  # loss.item(): still backward
 
 
+def test_gradient_accumulation_starts_a_forward_again():
+    """Two micro-batches, one optimizer step: rule 5 turns the second forward back."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 33), torch.randint(0, 7, (8,))
+    with tritondtr.enable(None, timeline=True) as s:
+        for half in (slice(0, 4), slice(4, 8)):
+            F.cross_entropy(model(x[half]), y[half]).backward()
+        opt.step()
+    tl = s.stats.timeline
+    assert [p for p, _, _ in tl.phase_spans()] == [*PHASES[:2], *PHASES]
+
+
 def test_device_bytes_are_none_on_a_cpu_session(unlimited):
     tl = unlimited.timeline
     assert tl.device_bytes is None
     assert all(r["device_bytes"] is None for r in tl.as_rows())
+
+
+def test_device_bytes_on_a_cuda_session(monkeypatch):
+    """Rule 3 without a GPU: rows before the session's device is fixed get -1, then the
+    device's ``memory_allocated``; the column exists once a CUDA device was seen."""
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 4097)
+    rec = timeline_module.TimelineRecorder()
+    st = tritondtr.SessionStats()
+    rec.op(torch.ops.aten.add.Tensor, torch.ones(1), st, None)
+    rec.op(torch.ops.aten.add.Tensor, torch.ones(1), st, torch.device("cuda", 1))
+    rec.exit(st, torch.device("cuda", 1))
+    tl = rec.snapshot(None)
+    assert tl.device_bytes.tolist() == [-1, 4097, 4097]
+    assert [r["device_bytes"] for r in tl.as_rows()] == [None, 4097, 4097]
+    cpu = timeline_module.TimelineRecorder()
+    cpu.op(torch.ops.aten.add.Tensor, torch.ones(1), st, torch.device("cpu"))
+    assert cpu.snapshot(None).device_bytes is None
 
 
 def test_nothing_is_recorded_when_off(monkeypatch):

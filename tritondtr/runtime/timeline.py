@@ -28,10 +28,10 @@ tracked bytes, counts and the training phase after each op, for a picture of the
 #    reached it. ``max(resident_bytes) <= peak_bytes[-1] == stats.peak_bytes``, equal when
 #    nothing was evicted.
 # 5. The phase of a row (:class:`Phase`), from the state after the row before (forward at
-#    the start): an op that autograd's engine runs on this thread
-#    (``torch._C._current_graph_task_id() >= 0``, the test of NOTE [ Backward storages ]) is
-#    backward; outside it, an op under grad mode is forward, but one that returns no tensor
-#    keeps the phase before it (``loss.item()``, a Python number; the profiler's range that
+#    the start): an op that autograd's engine runs (``torch._C._current_graph_task_id() >=
+#    0`` on the thread that runs it, the test of NOTE [ Backward storages ]) is backward;
+#    outside it, an op under grad mode is forward, but one that returns no tensor keeps the
+#    phase before it (``loss.item()``, a Python number; the profiler's range that
 #    ``optimizer.step()`` opens before it turns grad mode off); an op without grad mode is
 #    optimizer after a backward or an optimizer op, else forward.
 # 6. Why grad mode and not the freeze at the optimizer's first parameter write (NOTE
@@ -125,13 +125,12 @@ class TimelineRecorder:
                 stats.peak_bytes,
                 stats.evictions,
                 stats.rematerializations,
-                self._device_bytes(device),
+                -1 if device is None or device.type != "cuda" else self._device_bytes(device),
             )
         )
 
-    def _device_bytes(self, device: torch.device | None) -> int:
-        if device is None or device.type != "cuda":
-            return -1
+    def _device_bytes(self, device: torch.device) -> int:
+        """``memory_allocated`` of CUDA device ``device`` (rule 3)."""
         self.cuda = True
         return torch.cuda.memory_allocated(device)
 
@@ -149,7 +148,7 @@ class TimelineRecorder:
                 stats.peak_bytes,
                 stats.evictions,
                 stats.rematerializations,
-                self._device_bytes(device),
+                -1 if device is None or device.type != "cuda" else self._device_bytes(device),
             )
         )
 
