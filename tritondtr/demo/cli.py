@@ -201,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r.grads_equal is not False for r in rows) else 1
 
 
-def _memory_picture(args: argparse.Namespace, config: GPTConfig, rows, device: str) -> None:
+def _memory_picture(
+    args: argparse.Namespace, config: GPTConfig, rows: list[DemoRow], device: str
+) -> None:
     """memory.png and memory.csv (NOTE [ The demo ] rule 5), and a line that names them."""
     from ..runtime import plot_memory
 
@@ -221,11 +223,12 @@ def _memory_picture(args: argparse.Namespace, config: GPTConfig, rows, device: s
     png = args.out / "memory.png"
     try:
         png, csv_path = plot_memory(runs.budgeted, png, eager=runs.unlimited)
-    except ImportError:
-        png, csv_path = None, png.with_suffix(".csv")
+        files = f"{png} and {csv_path}"
+    except ImportError:  # the rows are written first
+        files = f"{png.with_suffix('.csv')} (no picture: no matplotlib)"
     st = runs.budgeted
     print(
-        f"wrote {png or 'no picture (no matplotlib)'} and {csv_path}: the first step's tracked "
+        f"wrote {files}: the first step's tracked "
         f"memory op by op at {r.run} of the unlimited peak ({format_bytes(r.budget_bytes)}: "
         f"peak {format_bytes(st.peak_bytes)}, {st.evictions} evictions, "
         f"{st.rematerializations} rematerializations) beside the unlimited run (peak "
