@@ -12,7 +12,8 @@ table row, byte accounting, freeing of the previous link.
 #    (``add_`` on a tracked tensor: a new storage version), ``mm`` (16 x 16 matmul),
 #    ``add+grad`` (``add`` on a tensor that requires grad: autograd records every op).
 # 2. Settings: ``eager``; ``tracking`` (``budget=None``); ``not-binding`` (a budget of 1 GiB,
-#    so budget checks and locking run but nothing is evicted).
+#    so budget checks and locking run but nothing is evicted); ``timeline`` (not binding,
+#    with ``timeline=True``: the memory timeline's row per op, NOTE [ Memory timeline ]).
 # 3. One sample = one chain of ``K`` ops inside an already entered session; the session's
 #    setup is its own row (``session_setup``: ``with enable(): one op``).
 # 4. Rows: ``op_time`` (us per op) per case and setting; ``overhead`` (us per op, setting
@@ -40,7 +41,12 @@ from harness import Env, Row, Stats, describe_device, measure, write_csv, write_
 from tritondtr.runtime import enable  # noqa: E402
 
 CASES = ("add", "view", "view-base", "detach", "inplace", "mm", "add+grad")
-SETTINGS = {"eager": None, "tracking": {"budget": None}, "not-binding": {"budget": 1 << 30}}
+SETTINGS = {
+    "eager": None,
+    "tracking": {"budget": None},
+    "not-binding": {"budget": 1 << 30},
+    "timeline": {"budget": 1 << 30, "timeline": True},
+}
 
 
 def chain(case: str, k: int, numel: int, device: str):

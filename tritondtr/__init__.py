@@ -24,7 +24,7 @@ from .policy import (
     heuristic_names,
     register_heuristic,
 )
-from .runtime import BudgetError, Session, SessionStats, enable
+from .runtime import BudgetError, MemoryTimeline, Session, SessionStats, enable, plot_memory
 from .runtime.recording import Recording, trace
 from .units import format_bytes, parse_bytes
 
@@ -47,6 +47,8 @@ __all__ = [
     "Session",
     "SessionStats",
     "BudgetError",
+    "MemoryTimeline",
+    "plot_memory",
     "trace",
     "Recording",
     # units

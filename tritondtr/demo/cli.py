@@ -8,12 +8,15 @@ run starts from the same weights and sees the same batches and dropout masks, so
 and gradients must equal the reference bit for bit. Beside each budget, the simulator (the
 runtime's twin) predicts the run from the unlimited run's trace. Prints a table (budget,
 peak, evictions and rematerializations measured and predicted, step time measured and
-predicted, gradients equal) and the first and last loss, and writes demo.csv, demo.png and
-trace.npz (the unlimited run's last step, for tritondtr simulate) to --out.
+predicted, gradients equal) and the first and last loss, and writes demo.csv, demo.png,
+trace.npz (the unlimited run's last step, for tritondtr simulate) and memory.png with
+memory.csv (the first step's tracked memory op by op at the lowest budget that worked, beside
+the unlimited run: tritondtr.plot_memory; --timeline) to --out.
 
 examples:
   tritondtr demo                              # about 20 s on a 2-core CPU
   tritondtr demo --steps 5 --ratios 0.5,0.3 --out out/demo
+  tritondtr demo --timeline 0.5               # the memory picture at 50 % of the peak
   tritondtr simulate out/demo/trace.npz --semantics runtime --heuristics dtr_eq,lru
   tritondtr demo --layers 12 --width 768 --heads 12 --block 1024 --vocab 50257  # GPT-2 small
 """
@@ -28,7 +31,7 @@ import torch
 
 from ..units import format_bytes
 from .report import format_table, write_outputs
-from .runs import DEMO_CONFIG, HEURISTIC, lowest_working, run_demo
+from .runs import DEMO_CONFIG, HEURISTIC, DemoRow, lowest_working, memory_runs, run_demo
 from .tinygpt import GPTConfig, TinyGPT
 
 __all__ = ["add_arguments", "run"]
@@ -42,6 +45,21 @@ def _ratios(text: str) -> tuple[float, ...]:
     if not rs or not all(0 < r <= 1 for r in rs):
         raise argparse.ArgumentTypeError(f"ratios must be in (0, 1], got {text!r}")
     return rs
+
+
+def _picture(text: str) -> str | float:
+    """``--timeline``: ``lowest``, ``none`` or a ratio in (0, 1]."""
+    if text in ("lowest", "none"):
+        return text
+    try:
+        r = float(text)
+    except ValueError:
+        r = math.nan
+    if not 0 < r <= 1:
+        raise argparse.ArgumentTypeError(
+            f"expected lowest, none or a fraction of the unlimited peak in (0, 1], got {text!r}"
+        )
+    return r
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,10 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start no new budget after S seconds (default: 60)",
     )
     parser.add_argument(
+        "--timeline",
+        type=_picture,
+        default="lowest",
+        metavar="lowest|RATIO|none",
+        help="the budget of memory.png and memory.csv, the first step's tracked memory op by "
+        "op beside the unlimited run's: the lowest budget that worked, a fraction of the "
+        "unlimited peak, or none (default: lowest; two more untimed steps)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path("out/demo"),
-        help="folder for demo.csv, demo.png and trace.npz (default: out/demo)",
+        help="folder for demo.csv, demo.png, trace.npz, memory.png and memory.csv "
+        "(default: out/demo)",
     )
 
 
@@ -168,4 +196,41 @@ def run(args: argparse.Namespace) -> int:
         + (f"{png}" if png else "no plot (no matplotlib)")
         + f" and {trace_path} (replay it: tritondtr simulate {trace_path} --semantics runtime)"
     )
+    if args.timeline != "none":
+        _memory_picture(args, config, rows, device)
     return 0 if all(r.grads_equal is not False for r in rows) else 1
+
+
+def _memory_picture(
+    args: argparse.Namespace, config: GPTConfig, rows: list[DemoRow], device: str
+) -> None:
+    """memory.png and memory.csv (NOTE [ The demo ] rule 5), and a line that names them."""
+    from ..runtime import plot_memory
+
+    worked = sorted(
+        (r for r in rows if r.budget_bytes is not None and not r.error), key=lambda r: r.ratio
+    )
+    if args.timeline == "lowest":
+        tries = worked
+    else:
+        budget = int(rows[1].peak_bytes * args.timeline)
+        tries = [DemoRow(f"{args.timeline:.1%}", args.timeline, budget, None, 0, 0, 0.0, None)]
+    runs = memory_runs(config, tries, batch=args.batch, seed=args.seed, device=device)
+    if runs is None:
+        print("no memory picture: no budget worked" if not tries else "no memory picture")
+        return
+    r = runs.budget
+    png = args.out / "memory.png"
+    try:
+        png, csv_path = plot_memory(runs.budgeted, png, eager=runs.unlimited)
+        files = f"{png} and {csv_path}"
+    except ImportError:  # the rows are written first
+        files = f"{png.with_suffix('.csv')} (no picture: no matplotlib)"
+    st = runs.budgeted
+    print(
+        f"wrote {files}: the first step's tracked "
+        f"memory op by op at {r.run} of the unlimited peak ({format_bytes(r.budget_bytes)}: "
+        f"peak {format_bytes(st.peak_bytes)}, {st.evictions} evictions, "
+        f"{st.rematerializations} rematerializations) beside the unlimited run (peak "
+        f"{format_bytes(runs.unlimited.peak_bytes)})"
+    )

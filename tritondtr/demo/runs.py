@@ -32,6 +32,15 @@
 #    the blocks double the peak and keep that working set, so the demo shows what the policy
 #    does down to ~5 % (docs/benchmarks.md, "How low does the demo train?"). ``--layers 4``
 #    runs the smaller model.
+# 5. The memory picture (``--timeline``; NOTE [ Memory timeline ] in runtime/timeline.py):
+#    after the runs, the first step runs twice more, untimed: under ``budget=None`` and
+#    under the budget drawn (the lowest that worked, by default), both with
+#    ``timeline=True``, from the same weights, batch and dropout seed, so that the two
+#    curves have the same op at the same index. Untimed: recording costs microseconds per
+#    op, which the timed rows must not carry. The first step: every run starts there. The
+#    runtime's decisions follow the op costs it measures, so a rerun at the lowest budget
+#    may fail where the timed run worked; the next higher budget that worked is drawn then,
+#    and the output says which budget it shows.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +60,18 @@ import torch.nn.functional as F
 from ..units import format_bytes
 from .tinygpt import GPTConfig, TinyGPT, batches
 
-__all__ = ["DEMO_CONFIG", "HEURISTIC", "DemoRow", "lowest_working", "run_demo"]
+if TYPE_CHECKING:
+    from ..runtime import SessionStats
+
+__all__ = [
+    "DEMO_CONFIG",
+    "HEURISTIC",
+    "DemoRow",
+    "MemoryRuns",
+    "lowest_working",
+    "memory_runs",
+    "run_demo",
+]
 
 HEURISTIC = "dtr_eq"  # of every budgeted run and of the twin's replays
 DEMO_CONFIG = GPTConfig(layers=8)  # NOTE [ The demo ] rule 4
@@ -113,18 +133,20 @@ class _Run(NamedTuple):
     ops: int  # ops the sessions dispatched
     traces: list  # one tritondtr.sim.Trace per step when recorded
     device_peak: int | None = None  # CUDA: max_memory_allocated over the steps
+    stats: tuple = ()  # ``timeline`` mode: each step's SessionStats (NOTE [ The demo ] rule 5)
 
 
 def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Run:
-    """Train a copy of ``model0`` on ``data``; ``mode``: ``eager``, ``tritondtr`` or
-    ``record`` (tritondtr, each step recorded as a trace)."""
+    """Train a copy of ``model0`` on ``data``; ``mode``: ``eager``, ``tritondtr``,
+    ``record`` (tritondtr, each step recorded as a trace) or ``timeline`` (tritondtr, each
+    step recording its memory timeline)."""
     from ..runtime import enable
     from ..runtime.recording import trace
 
     model = copy.deepcopy(model0)
     model.checkpoint = checkpoint
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses, grads, times, traces = [], [], [], []
+    losses, grads, times, traces, stats = [], [], [], [], []
     peak = ev = remat = ops = 0
     cuda = torch.device(device).type == "cuda"
     dpeak = 0 if cuda else None
@@ -136,8 +158,8 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
         if mode == "record":
             meta = {"name": "tinygpt", "step": step + 1, "steps": len(data)}
             ctx = trace(None, budget=budget, heuristic=HEURISTIC, meta=meta)
-        elif mode == "tritondtr":
-            ctx = enable(budget=budget, heuristic=HEURISTIC)
+        elif mode in ("tritondtr", "timeline"):
+            ctx = enable(budget=budget, heuristic=HEURISTIC, timeline=mode == "timeline")
         else:
             ctx = contextlib.nullcontext()
         with ctx:
@@ -159,7 +181,11 @@ def _train(model0, data, budget, mode, seed, device, *, checkpoint=False) -> _Ru
             ev, remat, ops = ev + st.evictions, remat + st.rematerializations, ops + st.ops
         if mode == "record":
             traces.append(ctx.trace)
-    return _Run(losses, grads, statistics.median(times), peak, ev, remat, ops, traces, dpeak)
+        if mode == "timeline":
+            stats.append(st)
+    return _Run(
+        losses, grads, statistics.median(times), peak, ev, remat, ops, traces, dpeak, tuple(stats)
+    )
 
 
 def _sync(device) -> None:
@@ -327,6 +353,44 @@ def run_demo(
     rows[2:] = sorted(rows[2:], key=lambda row: -row.ratio)
     rows.append(ck_row)
     return rows
+
+
+class MemoryRuns(NamedTuple):
+    """The two runs of the memory picture (NOTE [ The demo ] rule 5)."""
+
+    budget: DemoRow  # the row whose budget is drawn
+    unlimited: SessionStats  # the first step under ``budget=None``, with its timeline
+    budgeted: SessionStats  # the first step under ``budget.budget_bytes``, with its timeline
+
+
+def memory_runs(
+    config: GPTConfig,
+    rows: list[DemoRow],
+    *,
+    batch: int,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    log=print,
+) -> MemoryRuns | None:
+    """NOTE [ The demo ] rule 5: the first step under ``budget=None`` and under the budget of
+    the first of ``rows`` (budgeted rows, in the order to try) that works again, both with
+    ``timeline=True``; None if none works (each failure is logged)."""
+    from ..runtime import BudgetError
+
+    torch.manual_seed(seed)  # the weights and the first batch of ``run_demo``
+    model0 = TinyGPT(config).to(device)
+    data = batches(config, 1, batch, seed, device)
+    unlimited = None
+    for row in rows:
+        if unlimited is None:
+            unlimited = _train(model0, data, None, "timeline", seed, device).stats[0]
+        try:
+            run = _train(model0, data, row.budget_bytes, "timeline", seed, device)
+        except BudgetError as e:
+            log(f"memory picture: {row.run} of the peak failed ({type(e).__name__} at {e.op})")
+            continue
+        return MemoryRuns(row, unlimited, run.stats[0])
+    return None
 
 
 def lowest_working(rows: list[DemoRow]) -> DemoRow | None:

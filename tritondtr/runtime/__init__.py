@@ -12,9 +12,11 @@ from .api import enable
 from .config import RuntimeConfig
 from .cost import H100_SXM, AnalyticCost, CostModel, GPUCost
 from .errors import BudgetError, CostError, StaleInputError, ThrashError, UnsupportedOpError
+from .picture import plot_memory
 from .session import Session
 from .stats import SessionStats
 from .tensor import DTRTensor, is_tracked, unwrap
+from .timeline import MemoryTimeline, Phase
 
 __all__ = [
     "enable",
@@ -25,6 +27,9 @@ __all__ = [
     "H100_SXM",
     "Session",
     "SessionStats",
+    "MemoryTimeline",
+    "Phase",
+    "plot_memory",
     "DTRTensor",
     "is_tracked",
     "unwrap",

@@ -27,6 +27,7 @@ def enable(
     cost: CostModel | CostFn | str = "auto",
     device: torch.device | str | None = None,
     table: TablePlace | str = "host",
+    timeline: bool = False,
 ) -> Session:
     """Run eager PyTorch code under a byte budget, recomputing what was evicted.
 
@@ -65,6 +66,9 @@ def enable(
         table: where the eviction metadata lives: ``"host"`` (default: decisions never wait
             for the device) or ``"device"`` (the Triton selection on a private stream; NOTE
             [ Decisions on the host ] in core/core.py).
+        timeline: record the memory of the step op by op (``session.stats.timeline``, drawn
+            by :func:`tritondtr.plot_memory`; NOTE [ Memory timeline ] in
+            runtime/timeline.py). Off (the default), the per-op path does no work for it.
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
@@ -82,5 +86,6 @@ def enable(
         cost=cost,
         device=device,
         table=table,
+        timeline=timeline,
     )
     return Session(config)

@@ -56,6 +56,9 @@ class RuntimeConfig:
         device: the device whose outputs are tracked (NOTE [ Session device ] in device.py);
             None: the first CUDA output's when CUDA is available, else the first output's.
         table: where the metadata table lives, ``host`` or ``device`` (:class:`TablePlace`).
+        timeline: record the memory timeline (``stats.timeline``, NOTE [ Memory timeline ] in
+            timeline.py): a row per op with the tracked bytes, the counts so far and the
+            phase; off, the per-op path does no work for it.
     """
 
     budget: int | None = None
@@ -68,6 +71,7 @@ class RuntimeConfig:
     cost: CostModel | CostFn | str = "auto"
     device: torch.device | str | None = None
     table: TablePlace | str = "host"
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         share = parse_share(self.budget) if isinstance(self.budget, str) else None
@@ -86,7 +90,7 @@ class RuntimeConfig:
         object.__setattr__(self, "table", _member(TablePlace, self.table, "table place"))
         object.__setattr__(self, "heuristic", get_heuristic(self.heuristic))
         object.__setattr__(self, "backend", _member(Backend, self.backend, "backend"))
-        for name in ("stress", "debug", "pin_backward"):
+        for name in ("stress", "debug", "pin_backward", "timeline"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.stress and self.budget is not None:

@@ -124,6 +124,7 @@ from .recipe import (
 from .semantics import _CACHE, ONE, bump_versions, op_info
 from .stats import SessionStats
 from .tensor import WRAPPER_TYPES, DTRTensor, restride, view_wrapper
+from .timeline import TimelineRecorder
 
 __all__ = ["Session"]
 
@@ -189,6 +190,18 @@ class _Mode(TorchDispatchMode, plaindata.WatchesPlainData):
             s.freeze()
 
 
+class _TimelineMode(_Mode):
+    """The session's mode when it records a memory timeline: a row after each op (NOTE
+    [ Memory timeline ] rule 1 in timeline.py; the plain mode does no work for it)."""
+
+    @opaque  # NOTE [ Dynamo never traces the runtime ]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        s = self.session
+        out = s.dispatch(func, args, kwargs or {})
+        s.timeline.op(func, out, s.stats, s.core.device)
+        return out
+
+
 class Session:
     """One ``with tritondtr.enable(...)`` block; see :func:`tritondtr.enable`.
 
@@ -243,6 +256,9 @@ class Session:
             self.timer = OpTimer(self.core)
         self.clock: DeviceClock | None = None  # NOTE [ Device time ] in events.py
         self.observer = None  # tritondtr.trace: .op(...) after each op (runtime/recording.py)
+        self.timeline: TimelineRecorder | None = None  # NOTE [ Memory timeline ]
+        if config.timeline:
+            self.timeline = self.stats._timeline = TimelineRecorder()
         self.fsdp = FSDPWatch(weakref.proxy(self))  # NOTE [ FSDP2 ] (fsdp.py)
 
     # ------------------------------------------------------------------ context
@@ -253,7 +269,7 @@ class Session:
                 "a tritondtr Session is entered once; call tritondtr.enable() again for a new one"
             )
         for mode in _get_current_dispatch_mode_stack():  # NOTE [ Nested sessions ]
-            if type(mode) is _Mode:
+            if isinstance(mode, _Mode):
                 raise RuntimeError(
                     "tritondtr.enable() or trace() inside another active tritondtr session (budget="
                     f"{mode.session.config.budget}): sessions do not nest. Put one enable() "
@@ -261,7 +277,7 @@ class Session:
                     "outer session before entering this one."
                 )
         self._start_device()
-        self._mode = _Mode(self)
+        self._mode = (_Mode if self.timeline is None else _TimelineMode)(self)
         self._mode.__enter__()
         self.active = True
         self.fsdp.install()
@@ -363,6 +379,8 @@ class Session:
                         self.clock.finish()
                 finally:
                     self.core.close()
+                    if self.timeline is not None:  # NOTE [ Memory timeline ] rule 3
+                        self.timeline.exit(st, self.core.device)
 
     # ----------------------------------------------------------------- dispatch
     def dispatch(self, func, args, kwargs):
@@ -841,6 +859,8 @@ class Session:
         """NOTE [ Parameter writes ] (boundary.py)."""
         if boundary.freeze(self):
             self.frozen_at = self.core.now
+            if self.timeline is not None:  # NOTE [ Memory timeline ] rule 6
+                self.timeline.froze()
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the session disagrees with its core (debug mode)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from ..core.stats import CoreStats
 from ..units import format_bytes
+from .timeline import MemoryTimeline
 
 __all__ = ["SessionStats"]
 
@@ -26,6 +27,7 @@ class SessionStats(CoreStats):
             share resolved at entry (NOTE [ Memory share budgets ] in device.py); the stats do
             not point at the core (NOTE [ Session lifetime ] in session.py).
         device_peak_bytes: see the property.
+        timeline: see the property.
     """
 
     recompute_s: float = 0.0
@@ -37,6 +39,7 @@ class SessionStats(CoreStats):
     _budget = None  # the budget in bytes, set at entry (a share resolved); not a field
     _peak_device = None  # the CUDA device whose peak is read while active (NOTE [ Device peak ])
     _device_peak = None  # that peak, read at exit
+    _timeline = None  # the session's TimelineRecorder, if any (NOTE [ Memory timeline ])
 
     @property
     def budget(self) -> int | None:
@@ -56,6 +59,16 @@ class SessionStats(CoreStats):
 
             return device_peak(self._peak_device)
         return self._device_peak
+
+    @property
+    def timeline(self) -> MemoryTimeline | None:
+        """The memory of the session op by op (:class:`MemoryTimeline`: tracked bytes, counts
+        and phase after each op; NOTE [ Memory timeline ] in timeline.py), when it was
+        entered with ``timeline=True``; else None. Live while the session runs; its last row
+        is the session's exit once it exited. :func:`tritondtr.plot_memory` draws it."""
+        if self._timeline is None:
+            return None
+        return self._timeline.snapshot(self.budget)
 
     def as_dict(self) -> dict[str, int | float | str | None]:
         """The scalar counters by name (no per-op tables), for a logger: ``wandb.log``,
