@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
 from floor import ModeOnly, WrapperFloor  # noqa: E402
 from harness import (  # noqa: E402
@@ -91,7 +91,7 @@ def load(name: str, scale: int, device: str, batch: int) -> Bench:
         def loss():
             return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
     else:
-        import zoo
+        from tests import zoo
 
         case = zoo.make(name, seed=0, scale=scale)
         model = case.model.to(device)

@@ -39,10 +39,11 @@ from torch import nn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))  # the repository root, for the tests' helpers (tests.zoo)
 
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
-from test_fsdp2 import Net, _free_port  # noqa: E402
+
+from tests.test_fsdp2 import Net, _free_port  # noqa: E402
 
 SHAPES = {"acts": (33, 3, (4, 47)), "params": (64, 3, (2, 16))}  # width, depth, tokens
 POLICIES = ("min", "held", "readers", "copy")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_executor import Counting
 
+from tests.core_executor import Counting
 from tritondtr.core import BudgetError, Core
 from tritondtr.engine.residency import EVICTED, RESIDENT
 

@@ -4,8 +4,8 @@ the engine until rule 2 needs them; the core is driven directly with a counting 
 from __future__ import annotations
 
 import torch
-from core_executor import Counting
 
+from tests.core_executor import Counting
 from tritondtr.core import Core
 from tritondtr.engine.residency import EVICTED, EXTERNAL, RESIDENT
 

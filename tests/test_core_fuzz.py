@@ -12,8 +12,8 @@ import random
 
 import pytest
 import torch
-from core_executor import Counting
 
+from tests.core_executor import Counting
 from tritondtr.core import BudgetError, Core
 from tritondtr.engine.residency import EVICTED, EXTERNAL, RESIDENT
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from core_executor import Counting
 
 import tritondtr
+from tests.core_executor import Counting
 from tritondtr.core import Core
 from tritondtr.core.evict import Evictor
 from tritondtr.engine.residency import EVICTED, RESIDENT

@@ -7,11 +7,11 @@ import random
 
 import pytest
 import torch
-from core_executor import Counting
-from twin_check import assert_twin_replays
 
 import tritondtr
 import tritondtr.runtime as rt
+from tests.core_executor import Counting
+from tests.twin_check import assert_twin_replays
 from tritondtr.core import Core
 from tritondtr.core.core import _MAX_LINKS
 from tritondtr.engine.residency import EVICTED, FREE, RESIDENT

@@ -11,11 +11,11 @@ import random
 import warnings
 
 import pytest
-from fuzz_check import Tally, check_program, descend, report, with_evictions
-from fuzz_models import check_model
-from fuzz_programs import Program
 
 import tritondtr.sim.twin as twin_module
+from tests.fuzz.check import Tally, check_program, descend, report, with_evictions
+from tests.fuzz.models import check_model
+from tests.fuzz.programs import Program
 
 PROGRAM_SEEDS = range(8)
 MODEL_SEEDS = (5, 9)  # under 0.3 s each; the others are left to campaigns

@@ -236,7 +236,8 @@ def test_floor_modes_run_a_training_step_exactly(mode, name):
     """The reference settings of the runtime benchmark (benchmarks/floor.py) time a real
     step: loss and gradients equal to eager, so the floor is not a broken run."""
     import floor
-    from zoo import make
+
+    from tests.zoo import make
 
     ref, case = make(name), make(name)
     ref_loss = ref.loss(ref.model, ref.inputs)

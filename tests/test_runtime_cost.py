@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 import torch
-import zoo
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import tritondtr
 import tritondtr.runtime as rt
+from tests import zoo
 from tritondtr.engine.residency import FREE
 from tritondtr.runtime import AnalyticCost, CostError, CostModel
 from tritondtr.sim import simulate

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 import torch
-import zoo
-from core_executor import Counting
 
 import tritondtr
 import tritondtr.runtime as rt
+from tests import zoo
+from tests.core_executor import Counting
 from tritondtr.core import Core
 from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.runtime import H100_SXM, CostModel, GPUCost, RuntimeConfig

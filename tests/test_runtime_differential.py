@@ -12,7 +12,10 @@ import warnings
 
 import pytest
 import torch
-from fuzz_check import (
+
+import tritondtr.runtime.session as session_module
+import tritondtr.runtime.tensor as tensor_module
+from tests.fuzz.check import (
     Failure,
     Tally,
     check_program,
@@ -21,8 +24,8 @@ from fuzz_check import (
     report,
     write_repro,
 )
-from fuzz_cli import main as fuzz_main
-from fuzz_limits import (
+from tests.fuzz.cli import main as fuzz_main
+from tests.fuzz.limits import (
     KNOWN_LIMITS,
     may_inplace_view_op,
     may_masked_select,
@@ -30,14 +33,13 @@ from fuzz_limits import (
     may_tolist,
     split_points,
 )
-from fuzz_models import check_model
-from fuzz_programs import Program, generate, namespace, run_lines
-from fuzz_reduce import main as reduce_main
-from fuzz_run import RunConfig
-from fuzz_templates3 import CONV1D, CONV2D, FUNC_2D, FUNC_ANY, LINALG, VALUES_ONLY
-
-import tritondtr.runtime.session as session_module
-import tritondtr.runtime.tensor as tensor_module
+from tests.fuzz.models import check_model
+from tests.fuzz.programs import Program, generate, namespace, run_lines
+from tests.fuzz.reduce import main as reduce_main
+from tests.fuzz.run import RunConfig
+from tests.fuzz.templates.autograd import FUNC_2D, FUNC_ANY
+from tests.fuzz.templates.nn import CONV1D, CONV2D
+from tests.fuzz.templates.products import LINALG, VALUES_ONLY
 
 PROGRAM_SEEDS = range(100)
 MODEL_SEEDS = (0, 1, 2, 4, 5, 9)  # conv2d, manual SGD, 3 steps; seed 3 (5 s) left to campaigns
@@ -159,7 +161,7 @@ def test_cli_bad_arguments_are_one_line(argv, words, capsys):
         fuzz_main(argv)
     out, err = capsys.readouterr()
     assert exc.value.code == 2 and out == ""
-    assert err.startswith("fuzz_check: error: ") and err.count("\n") == 1, err
+    assert err.startswith("python -m tests.fuzz: error: ") and err.count("\n") == 1, err
     assert words in err and "Traceback" not in err
 
 
@@ -170,7 +172,7 @@ def test_cli_out_that_is_a_file_and_reducer_on_a_bad_file(tmp_path, capsys):
     assert reduce_main([str(f)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 2 and "Traceback" not in err, err
-    assert "is not a folder" in err and "not a fuzz_check repro" in err
+    assert "is not a folder" in err and "not a fuzzer repro" in err
 
 
 def test_model_repro_is_refused_by_the_reducer(tmp_path, capsys):

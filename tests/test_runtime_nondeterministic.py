@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_probes import counting_replays, probe_nondeterministic
 
 import tritondtr.runtime as rt
+from tests.gpu_probes import counting_replays, probe_nondeterministic
 from tritondtr.runtime import nondeterministic
 from tritondtr.runtime.nondeterministic import NONDETERMINISTIC_CUDA, pins_nondeterministic
 from tritondtr.runtime.semantics import op_info

@@ -3,9 +3,9 @@ compares with eager exactly (torch.equal)."""
 
 import pytest
 import torch
-from zoo import make, train_step
 
 import tritondtr.runtime as rt
+from tests.zoo import make, train_step
 
 
 @pytest.fixture(autouse=True, scope="module")

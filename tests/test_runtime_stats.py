@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 import torch
-import zoo
 
 import tritondtr
+from tests import zoo
 
 
 def _peak():

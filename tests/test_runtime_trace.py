@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
-import zoo
 
 import tritondtr
+from tests import zoo
 from tritondtr.sim import EventKind, baseline, load_trace, simulate
 from tritondtr.traceformat.trace import Trace
 

@@ -4,9 +4,9 @@
 
 import pytest
 import torch
-from zoo import ZOO, make, train_step, unet_case
 
 import tritondtr.runtime as rt
+from tests.zoo import ZOO, make, train_step, unet_case
 
 # the zoo, and a U-Net of the DTR authors' log's shape (batch norm, max-pool indices, bilinear
 # upsampling, pad, skip concatenation)

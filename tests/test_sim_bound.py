@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
-import zoo
-from test_sim_optimum import brute_force, tiny_graphs
 
 import tritondtr
+from tests import zoo
+from tests.test_sim_optimum import brute_force, tiny_graphs
 from tritondtr.cli import main
 from tritondtr.sim import TraceBuilder, baseline, generators, runtime_peak, save_trace, simulate
 from tritondtr.sim.bound import cut_bound, support_bound

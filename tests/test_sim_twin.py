@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-import zoo
 from torch import nn
 
 import tritondtr
+from tests import zoo
 from tritondtr.sim import load_trace, runtime_peak, simulate
 from tritondtr.sim.twin import replay_runtime
 from tritondtr.traceformat.trace import TensorFlag
@@ -170,7 +170,8 @@ def test_twin_is_exact_beyond_the_zoo(name):
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from test_property import _leaves, instruction, run_program  # noqa: E402
+
+from tests.test_property import _leaves, instruction, run_program  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

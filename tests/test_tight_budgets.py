@@ -8,11 +8,11 @@ import random
 
 import pytest
 import torch
-from core_executor import Counting
-from twin_check import assert_twin_replays
 
 import tritondtr
 import tritondtr.runtime as rt
+from tests.core_executor import Counting
+from tests.twin_check import assert_twin_replays
 from tritondtr.core import Core
 from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.sim import simulate

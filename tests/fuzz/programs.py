@@ -1,9 +1,9 @@
 """Random PyTorch programs for the differential fuzzer (NOTE [ Differential fuzzer ] in
-fuzz_check.py): :func:`generate` makes the :class:`Program` of a seed, the same one every time.
+check.py): :func:`generate` makes the :class:`Program` of a seed, the same one every time.
 
 A program is source lines in three sections: ``pre`` (before the session: leaves and some
 graph), ``body`` (inside it) and ``post`` (after it). Each line is made by a template
-(fuzz_templates.py, fuzz_effects.py) from the tensors the lines before it made, run eagerly
+(templates/) from the tensors the lines before it made, run eagerly
 at once, and dropped if eager PyTorch rejects it: every program runs in eager.
 """
 
@@ -13,10 +13,9 @@ import dataclasses
 import random
 import warnings
 
-import fuzz_effects  # noqa: F401  (registers its templates)
-import fuzz_templates3  # noqa: F401  (registers its templates)
-from fuzz_templates import TEMPLATES, is_t
-from fuzz_templates2 import HEADER2, HEADER2_NAMES
+from .templates import KINDS, TEMPLATES
+from .templates.autograd import FUNCTION_NAMES, FUNCTIONS
+from .templates.registry import is_t
 
 HEADER = (
     """
@@ -49,9 +48,9 @@ class Dirty(torch.autograd.Function):
 def blk(x):
     return (x.sin() * x.cos()).tanh() + x
 """
-    + HEADER2
+    + FUNCTIONS
 )
-HEADER_NAMES = frozenset({"torch", "F", "checkpoint", "Sq", "Dirty", "blk"}) | HEADER2_NAMES
+HEADER_NAMES = frozenset({"torch", "F", "checkpoint", "Sq", "Dirty", "blk"}) | FUNCTION_NAMES
 
 LEAVES = (
     "a0 = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)",
@@ -185,7 +184,7 @@ class _Generator:
         self.sections[self.section].append(line)
         return True
 
-    def step(self, kinds=tuple(TEMPLATES)) -> None:
+    def step(self, kinds=KINDS) -> None:
         weights = [TEMPLATES[k][0] for k in kinds]
         for _ in range(6):
             line = TEMPLATES[self.r.choices(kinds, weights)[0]][1](self)

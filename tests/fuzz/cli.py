@@ -1,5 +1,5 @@
-"""``python tests/fuzz_check.py``: the differential fuzzer from the command line (NOTE
-[ Differential fuzzer ] in fuzz_check.py). Bad arguments: one line on stderr, exit status 2."""
+"""``python -m tests.fuzz``: the differential fuzzer from the command line (NOTE
+[ Differential fuzzer ] in check.py). Bad arguments: one line on stderr, exit status 2."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import warnings
 from pathlib import Path
 
 import torch
-from fuzz_check import Failure, Tally, check_program, write_repro
 
-PROG = "fuzz_check"
+from .check import Failure, Tally, check_program, write_repro
+
+PROG = "python -m tests.fuzz"
 
 
 class Hang(BaseException):
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     if args.models:
-        from fuzz_models import check_model as check
+        from .models import check_model as check
     else:
         check = check_program
     check = functools.partial(check, tight=args.tight)

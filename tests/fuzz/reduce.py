@@ -1,4 +1,4 @@
-"""Reduce a failing program of the differential fuzzer: ``python tests/fuzz_reduce.py
+"""Reduce a failing program of the differential fuzzer: ``python -m tests.fuzz.reduce
 REPRO.json [--match TEXT]``. Removes lines (post, body, pre; the seeding lines stay) while
 the run of the repro's config still fails the same way (same kind, and ``TEXT`` in its
 detail when given), then writes ``REPRO.reduced.json`` and a standalone ``REPRO.reduced.py``
@@ -14,11 +14,12 @@ import warnings
 from pathlib import Path
 
 import torch
-from fuzz_check import Failure, check_run, reference
-from fuzz_programs import Program
-from fuzz_run import RunConfig
 
-PROG = "fuzz_reduce"
+from .check import Failure, check_run, reference
+from .programs import Program
+from .run import RunConfig
+
+PROG = "python -m tests.fuzz.reduce"
 
 
 def fails(prog: Program, cfg: RunConfig, kind: str, match: str | None) -> bool:
@@ -69,18 +70,18 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("repro", type=Path, help="a JSON repro written by fuzz_check.py")
+    p.add_argument("repro", type=Path, help="a JSON repro written by python -m tests.fuzz")
     p.add_argument("--match", help="a text the failure's detail must keep containing")
     args = p.parse_args(argv)
     try:
         failure = Failure.from_json(json.loads(args.repro.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"{PROG}: error: {args.repro}: not a fuzz_check repro ({e})", file=sys.stderr)
+        print(f"{PROG}: error: {args.repro}: not a fuzzer repro ({e})", file=sys.stderr)
         return 2
     if failure.program is None or failure.config is None:
         print(
             f"{PROG}: error: {args.repro}: only a program's failing run can be reduced by "
-            f"lines; rerun {failure.what} seed {failure.seed} with fuzz_check.py",
+            f"lines; rerun {failure.what} seed {failure.seed} with python -m tests.fuzz",
             file=sys.stderr,
         )
         return 2
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     script = f"# {failure.kind}: {failure.detail[:200]!r}\n"
     if cfg.unexpressed() or cfg.trace or cfg.split is not None:
         script += f"# the failing run also had: {cfg.unexpressed()}, trace={cfg.trace}, "
-        script += f"split={cfg.split} (replay the .reduced.json with fuzz_reduce.py)\n"
+        script += f"split={cfg.split} (replay the .reduced.json with {PROG})\n"
     script += prog.source(cfg.session())
     Path(f"{stem}.reduced.py").write_text(script)
     print(script, end="")

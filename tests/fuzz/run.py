@@ -1,4 +1,4 @@
-"""Running a program of the differential fuzzer (fuzz_programs.py) eagerly, or under tritondtr
+"""Running a program of the differential fuzzer (programs.py) eagerly, or under tritondtr
 with one :class:`RunConfig`, and the checks of a run that need the session itself: the twin
 (a traced run's counters replayed by the simulator) and the process state after exit."""
 
@@ -9,15 +9,16 @@ import traceback
 import warnings
 
 import torch
-from fuzz_compare import snapshot
-from fuzz_limits import expected_refusal
-from fuzz_programs import Program, namespace, run_lines
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tritondtr
 import tritondtr.runtime as rt
 from tritondtr.sim import simulate
 from tritondtr.sim.twin import replay_runtime
+
+from .compare import snapshot
+from .limits import expected_refusal
+from .programs import Program, namespace, run_lines
 
 
 def _cost_by_bytes(op, args, kwargs, out) -> float:
@@ -71,7 +72,7 @@ class UserRaised(Exception):
 class Run:
     """A run under tritondtr. ``error``: None, ``"user"`` (the program's own exception, then
     post ran), ``"budget"``, ``"stale"`` (StaleInputError), ``"refused"`` (UnsupportedOpError;
-    ``documented``: a refusal docs/runtime.md lists, fuzz_limits.expected_refusal) or
+    ``documented``: a refusal docs/runtime.md lists, limits.expected_refusal) or
     ``"crash"`` (anything else, with its traceback in ``message``); ``line``: the body line
     that raised; ``snap``: the snapshot after post, or at a refusal (None unless the run got
     there); ``sessions``: the sessions, in order; ``peak``: (peak bytes, largest op output)
@@ -158,7 +159,7 @@ def run(prog: Program, cfg: RunConfig, *, upto: int | None = None) -> Run:
         res.error, res.message = "budget", str(e)
     except rt.StaleInputError as e:
         res.error, res.message = "stale", str(e)
-    except rt.UnsupportedOpError as e:  # documented or not: fuzz_check decides (rule 3)
+    except rt.UnsupportedOpError as e:  # documented or not: check.py decides (rule 3)
         res.error, res.message = "refused", str(e)
         res.documented = expected_refusal(e)
     except Exception as e:

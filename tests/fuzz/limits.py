@@ -1,6 +1,6 @@
 """The known limits the differential fuzzer leaves out, by name (NOTE [ Differential fuzzer ]
-rule 3 in fuzz_check.py). Each is documented where it is cited; the generator (fuzz_templates.py)
-and the checker (fuzz_check.py) call the predicates below, so that a failure the fuzzer reports
+rule 3 in check.py). Each is documented where it is cited; the generator (templates/) and
+the checker (check.py) call the predicates below, so that a failure the fuzzer reports
 is a new bug, not one of these.
 
 Remove an entry when its limit is fixed, and let the fuzzer find out whether it really is.
@@ -100,7 +100,7 @@ KNOWN_LIMITS = (
         "matrix_rank built on them) compute the vectors too whenever a dispatch mode is "
         "active (_may_require_fw_or_bw_grad's isTensorSubclassLike), and LAPACK's values then "
         "differ from eager's in the last bits where the input does not require grad (seeds 34, "
-        "65 of fuzz_templates3's linalg family)",
+        "65 of the linalg template)",
         "those ops only on inputs that require grad (eager then takes the same path)",
     ),
     KnownLimit(

@@ -1,4 +1,4 @@
-"""What the differential fuzzer compares (NOTE [ Differential fuzzer ] rule 2 in fuzz_check.py):
+"""What the differential fuzzer compares (NOTE [ Differential fuzzer ] rule 2 in check.py):
 a :func:`snapshot` of every tensor a program's namespace holds (plain values, as
 ``tritondtr.runtime.unwrap`` gives them), and :func:`compare` of two snapshots, exactly."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from fuzz_programs import HEADER_NAMES
 
 import tritondtr.runtime as rt
+
+from .programs import HEADER_NAMES
 
 
 class Entry(NamedTuple):

@@ -1,9 +1,10 @@
-"""The differential fuzzer: random PyTorch programs (fuzz_programs.py) and small networks
-(fuzz_models.py) run eagerly and under tritondtr, compared exactly.
+"""The differential fuzzer: random PyTorch programs (programs.py) and small networks
+(models.py) run eagerly and under tritondtr, compared exactly.
 
-Long runs: ``python tests/fuzz_check.py --seeds 0:5000 [--models] [--tight] [--out DIR]``
-(one line per failure, a JSON repro per failure in DIR); reduce one with ``python
-tests/fuzz_reduce.py REPRO.json``. ``tests/test_runtime_differential.py`` runs a fixed set of seeds.
+Long runs, from the repository root: ``python -m tests.fuzz --seeds 0:5000 [--models]
+[--tight] [--out DIR]`` (one line per failure, a JSON repro per failure in DIR); reduce one
+with ``python -m tests.fuzz.reduce REPRO.json``. ``tests/fuzz/test_differential.py`` runs a
+fixed set of seeds.
 """
 
 # NOTE [ Differential fuzzer ]
@@ -30,8 +31,8 @@ tests/fuzz_reduce.py REPRO.json``. ``tests/test_runtime_differential.py`` runs a
 #    one at body line k, every name line k leaves unchanged in eager holds eager's value
 #    (line k may have done part of its work). An UnsupportedOpError at body line k is
 #    expected only where docs/runtime.md lists it (``c.data = plain`` for a tracked ``c``,
-#    fuzz_limits.expected_refusal); then every name holds eager's value before line k.
-# 4. The open limits of docs/runtime.md are left out by name (fuzz_limits.KNOWN_LIMITS), so
+#    limits.expected_refusal); then every name holds eager's value before line k.
+# 4. The open limits of docs/runtime.md are left out by name (limits.KNOWN_LIMITS), so
 #    that any failure is a new bug; remove a limit from the list when it is fixed.
 # 5. The failure kinds: mismatch, crash, stale (StaleInputError), budget (a BudgetError
 #    without a budget, uncounted or unnamed), after-budget, refused (an UnsupportedOpError the
@@ -53,10 +54,10 @@ import random
 from pathlib import Path
 from typing import NamedTuple
 
-from fuzz_compare import compare, same_entry
-from fuzz_limits import split_points
-from fuzz_programs import Program, generate
-from fuzz_run import Run, RunConfig, eager, process_state, run, twin, writes
+from .compare import compare, same_entry
+from .limits import split_points
+from .programs import Program, generate
+from .run import Run, RunConfig, eager, process_state, run, twin, writes
 
 HEURISTICS = ("dtr_eq", "dtr_eq", "dtr", "lru", "msps", "size", "random", "dtr_local")
 FRACTIONS = (1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.12, 0.06, 0.02)
@@ -302,9 +303,3 @@ def write_repro(out: Path, failure: Failure) -> Path:
     path = out / f"{stem}-{n}.json"
     path.write_text(json.dumps(failure.to_json(), indent=1) + "\n")
     return path
-
-
-if __name__ == "__main__":
-    from fuzz_cli import main
-
-    raise SystemExit(main())

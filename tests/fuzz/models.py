@@ -1,5 +1,5 @@
 """Random small networks for the differential fuzzer (NOTE [ Differential fuzzer ] in
-fuzz_check.py): 1-4 blocks (MLP, LayerNorm MLP, attention, conv + BatchNorm, GRU cell,
+check.py): 1-4 blocks (MLP, LayerNorm MLP, attention, conv + BatchNorm, GRU cell,
 checkpointed block, conv2d with max pooling, indices and upsampling) with dropout and
 in-place ReLU, trained 1-3 steps with gradient accumulation, clipping and SGD/Adam/
 AdamW(foreach) or manual SGD (``p.data = p.data - lr * p.grad``), in one session or one per
@@ -18,12 +18,13 @@ import traceback
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from fuzz_check import HEURISTICS, Failure, Tally, descend
-from fuzz_run import RunConfig, process_state, twin
 from torch.utils.checkpoint import checkpoint
 
 import tritondtr
 import tritondtr.runtime as rt
+
+from .check import HEURISTICS, Failure, Tally, descend
+from .run import RunConfig, process_state, twin
 
 BLOCKS = ("mlp", "ln_mlp", "attn", "conv", "gru", "ckpt", "conv2d")
 

@@ -1,0 +1,1 @@
+"""The test suite, by subject (STYLE.md, Tests)."""
