@@ -1,14 +1,13 @@
-"""The differential fuzzer's tight mode (NOTE [ Differential fuzzer ] rule 6 in fuzz_check.py)
+"""The differential fuzzer's tight mode (NOTE [ Differential fuzzer ] rule 6 in check.py)
 on a fixed set of seeds: programs and networks at 5-50 % of their peak, with ``evict_all()``
 points and the twin on every budgeted run, equal eager PyTorch exactly. Plus: the budget
 descent and its bisection, the inserted evictions, and a planted twin bug that only the
-``evict_all`` events expose. Longer runs: ``python tests/fuzz_check.py --tight --seeds
-0:5000 [--models]`` (docs/runtime.md, Tests)."""
+``evict_all`` events expose. Longer runs: ``python -m tests.fuzz --tight --seeds 0:5000
+[--models]`` (docs/runtime.md, Tests)."""
 
 from __future__ import annotations
 
 import random
-import warnings
 
 import pytest
 
@@ -19,13 +18,6 @@ from tests.fuzz.programs import Program
 
 PROGRAM_SEEDS = range(8)
 MODEL_SEEDS = (5, 9)  # under 0.3 s each; the others are left to campaigns
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @pytest.mark.parametrize("seed", PROGRAM_SEEDS, ids=lambda s: f"program{s}")
