@@ -4,7 +4,7 @@ rule 6), the engine's, the neighbourhood's and the eqclass's (which compare ever
 slot's value with its definition), and no lock left between ops (NOTE [ Deferred locks ]).
 A pre-existing eqclass bug (a class whose pending change came back to 0, NOTE [ Incremental
 class values ] rule 4) was found by a program like these; its minimal case is in
-tests/test_neighborhood.py."""
+tests/engine/test_neighborhood.py."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    measured by ``benchmarks/gpu_check.py`` (docs/benchmarks.md, GPU check).
 # 3. The simulator's twin passes its own table device (``--device``) and so still uses the
 #    device-resident table and kernels at millions of tensors; decisions are the same either
-#    way (the torch twin and the kernels choose the same victims: tests/test_engine.py).
+#    way (the torch twin and the kernels choose the same victims: tests/engine/test_engine.py).
 
 
 # NOTE [ Deferred locks ]
