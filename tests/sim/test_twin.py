@@ -18,7 +18,7 @@ from tritondtr.sim import load_trace, runtime_peak, simulate
 from tritondtr.sim.twin import replay_runtime
 from tritondtr.traceformat.trace import TensorFlag
 
-UNET_LOG = Path(__file__).resolve().parents[2] / "shared" / "traces" / "dtr-prototype" / "unet.log"
+UNET_LOG = Path(__file__).resolve().parents[3] / "shared" / "traces" / "dtr-prototype" / "unet.log"
 
 
 def _twin_counts(trace, stress: bool = False) -> tuple[int, int, int]:

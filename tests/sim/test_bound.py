@@ -11,7 +11,7 @@ import torch
 
 import tritondtr
 from tests import zoo
-from tests.test_sim_optimum import brute_force, tiny_graphs
+from tests.sim.test_optimum import brute_force, tiny_graphs
 from tritondtr.cli import main
 from tritondtr.sim import TraceBuilder, baseline, generators, runtime_peak, save_trace, simulate
 from tritondtr.sim.bound import cut_bound, support_bound

@@ -16,7 +16,7 @@ import pytest
 
 from tritondtr.sim import baseline, load_trace, simulate
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
 LOGS = SHARED / "traces" / "dtr-prototype"
 REFERENCE = SHARED / "reference" / "figure2-reference.json"
