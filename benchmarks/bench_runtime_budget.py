@@ -14,7 +14,7 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 #    after one untimed step), so that load from other processes on a shared machine falls
 #    on all settings alike instead of on whichever setting ran during it.
 #    Parameters move between steps (SGD, lr 1e-3): timing only, no equality here
-#    (tests/test_runtime_zoo.py checks gradients).
+#    (tests/runtime/test_zoo.py checks gradients).
 # 2. Rows per model and setting: ``step_time`` (ms), ``slowdown`` (x eager, from medians),
 #    ``peak`` (bytes, tritondtr's accounting), ``evictions`` and ``rematerializations``
 #    (per step). ``size`` is the model's baseline peak in bytes.

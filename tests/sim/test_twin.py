@@ -171,7 +171,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.test_property import _leaves, instruction, run_program  # noqa: E402
+from tests.runtime.test_property import _leaves, instruction, run_program  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,7 +7,7 @@ without tritondtr (NOTE [ FSDP2 ] in tritondtr/runtime/fsdp.py). So are two step
 session, each accumulating two backward passes, at 30 %: the optimizer's writes to the
 sharded parameters freeze (rule 5), and what was kept for a block is released when FSDP2
 all-gathers it again. The harness is
-tests/test_ddp.py's (NOTE [ DDP test harness ] rules 1 and 2): spawned workers, a process
+tests/runtime/test_ddp.py's (NOTE [ DDP test harness ] rules 1 and 2): spawned workers, a process
 group timeout, a deadline after which the parent kills them; each rank writes its results
 to a file and the test process compares them.
 """
