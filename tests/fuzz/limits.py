@@ -76,7 +76,7 @@ KNOWN_LIMITS = (
     ),
     KnownLimit(
         "hand-assigned-wrapper-grad",
-        "tests/test_runtime_fuzz_found2.py (strict xfail, fuzz seed 300075; seeds 300282 and "
+        "tests/runtime/test_grads_after_exit.py (strict xfail, fuzz seed 300075; seeds 300282 and "
         "300351, the plain-leaf case, are fixed and stay excluded until the limit goes)",
         "a wrapper assigned by hand to the .grad of a tensor the session made stays a "
         "wrapper after exit (autograd's own accumulation gives a plain .grad there)",
@@ -87,7 +87,7 @@ KNOWN_LIMITS = (
         "plain-data-of-wrapper-after-exit",
         "docs/runtime.md, Limitations and unsupported ops; NOTE [ Plain .data assignment ] "
         "rule 4 (tritondtr/runtime/plaindata.py); strict xfail in "
-        "tests/test_runtime_fuzz_found2.py",
+        "tests/runtime/test_data_assignment.py",
         "p.data = w for a plain p and a wrapper w with no session active gives p the "
         "wrapper's empty storage: the next op on p crashes the process",
         "after exit, .data is assigned only tensors made after exit",
@@ -95,7 +95,7 @@ KNOWN_LIMITS = (
     KnownLimit(
         "values-only-linalg-under-a-mode",
         "PyTorch (composite ops branch on any dispatch mode): docs/runtime.md, Limitations "
-        "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
+        "and unsupported ops; strict xfail in tests/runtime/test_op_semantics.py",
         "linalg.svdvals, eigvalsh and eigvals (and matrix_norm 'nuc' / 2 / -2, cond, "
         "matrix_rank built on them) compute the vectors too whenever a dispatch mode is "
         "active (_may_require_fw_or_bw_grad's isTensorSubclassLike), and LAPACK's values then "
@@ -106,7 +106,7 @@ KNOWN_LIMITS = (
     KnownLimit(
         "leaf-data-reshaped-under-a-graph",
         "docs/runtime.md, Limitations and unsupported ops; strict xfail in "
-        "tests/test_runtime_fuzz_found2.py",
+        "tests/runtime/test_data_assignment.py",
         "p.data given another shape while a graph built on p's old shape lives: autograd "
         "accumulates a gradient of the old shape, which Python's .grad setter refuses, so a "
         "gradient computed in the session stays a wrapper after exit (before: the session's "
@@ -117,7 +117,7 @@ KNOWN_LIMITS = (
         "view-replay-after-data-reshape",
         "PyTorch (autograd replays a wrapper subclass's views by their ops, a plain tensor's "
         "by as_strided): docs/runtime.md, Limitations and unsupported ops; strict xfail in "
-        "tests/test_runtime_fuzz_found3.py",
+        "tests/runtime/test_data_assignment.py",
         "an autograd view written in place whose base's .data then took another shape, and "
         "written again: regenerating its grad_fn replays the view's ops on the new shape and "
         "raises (is_leaf, grad_fn), where eager's as_strided gives a node (fuzz seed 501702)",
@@ -127,7 +127,7 @@ KNOWN_LIMITS = (
     KnownLimit(
         "data-swap-shares-version",
         "docs/runtime.md, Semantics that users see: Known, loud; strict xfail in "
-        "tests/test_runtime_fuzz_found3.py",
+        "tests/runtime/test_data_assignment.py",
         "v.data = new keeps the version counter v shares with its base or views (PyTorch's "
         "set_data), so a later in-place write to v's new memory moves the base's _version: a "
         "recomputation reading the unchanged plain base raises StaleInputError (fuzz seed "
@@ -138,7 +138,7 @@ KNOWN_LIMITS = (
     KnownLimit(
         "det-double-backward-under-a-mode",
         "PyTorch (det's backward branches on any dispatch mode): docs/runtime.md, Limitations "
-        "and unsupported ops; strict xfail in tests/test_runtime_fuzz_found2.py",
+        "and unsupported ops; strict xfail in tests/runtime/test_autograd.py",
         "the gradient of linalg.det with create_graph=True differs from eager's in the last "
         "bits under any dispatch mode, a no-op one too (fuzz seed 405550)",
         "linalg.det only of inputs that do not require grad",

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tritondtr.runtime as rt
+from tests.runtime.eager_check import compare
 
 DEVICES = [
     pytest.param("cpu", torch.bfloat16, id="cpu-bf16"),
@@ -233,3 +234,15 @@ def test_transformer_layer_step_at_40_percent(device, dtype):
                 assert all(type(t) is torch.Tensor and torch.equal(t, u) for t, u in zip(a, b))
             else:
                 assert torch.equal(a, b)
+
+
+def test_autocast():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+
+    def fn():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return lin(lin(x).relu()).float().sum()
+
+    compare(fn, *lin.parameters())

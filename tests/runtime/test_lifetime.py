@@ -1,7 +1,7 @@
 """A session is freed by reference counting once nothing holds it (NOTE [ Session lifetime ]
 in runtime/session.py): its core and the buffers queued for freeing do not wait for the cyclic
 garbage collector. Each test runs with the collector disabled, so only reference counting can
-free anything."""
+free anything. An exception inside a session leaves the process as it was before."""
 
 import contextlib
 import gc
@@ -9,9 +9,11 @@ import weakref
 
 import pytest
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tritondtr
 import tritondtr.runtime as rt
+from tests.runtime.eager_check import leaf
 
 
 @pytest.fixture
@@ -84,3 +86,13 @@ def test_session_after_an_exception_inside_is_freed(no_gc):
     ref = weakref.ref(s)
     del s
     assert ref() is None
+
+
+def test_user_exception_restores_process():
+    x = leaf(3)
+    with pytest.raises(KeyError), rt.enable(budget="1MiB") as s:
+        (x * 2).sum()
+        raise KeyError("user")
+    assert _get_current_dispatch_mode() is None
+    assert s.closed and not s.active
+    assert type(x * 2) is torch.Tensor

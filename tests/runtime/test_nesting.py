@@ -1,5 +1,6 @@
-"""Sessions do not nest (NOTE [ Nested sessions ] in runtime/session.py), and leaf gradients
-are plain tensors after exit wherever the forward ran (NOTE [ What is tracked ] rule 4)."""
+"""Sessions do not nest (NOTE [ Nested sessions ] in runtime/session.py): the inner one is
+refused at entry, whatever kinds of session and whatever dispatch modes are around it, and
+the outer one goes on. Sessions one after another: test_grads_after_exit.py."""
 
 import pytest
 import torch
@@ -70,60 +71,3 @@ def test_nesting_under_another_dispatch_mode_is_still_refused():
     with outer, PassThrough(), raises, rt.enable():
         pass
     assert outer.closed and not _get_current_dispatch_mode_stack()
-
-
-def test_sessions_one_after_another():
-    """Forward in one session, backward in the next: the second never reads ``w``; its
-    gradient still reaches ``.grad`` as a plain tensor."""
-    w, x = problem()
-    ref = eager_grad(w, x)
-    with rt.enable(stress=True):
-        loss = loss_of(w, x)
-    with rt.enable(stress=True) as second:
-        loss.backward()
-    assert second.stats.ops > 0
-    assert type(w.grad) is torch.Tensor and torch.equal(w.grad, ref)
-
-
-@pytest.mark.parametrize("setting", [{"budget": None}, {"stress": True}])
-def test_backward_alone_in_a_session(setting):
-    """Forward outside: ``backward()``'s initial ``ones_like`` runs under grad mode inside the
-    session, so every gradient of the backward is a wrapper until it reaches ``.grad``."""
-    w, x = problem()
-    ref = eager_grad(w, x)
-    loss = loss_of(w, x)
-    with rt.enable(**setting):
-        loss.backward()
-    assert type(w.grad) is torch.Tensor and torch.equal(w.grad, ref)
-
-
-def test_gradient_assigned_to_grad_is_plain_after_exit():
-    """``p.grad = g`` with a tracked ``g`` (``torch.autograd.grad`` gives a plain one, NOTE
-    [ Leaf gradients ]; an op on it under grad mode tracks a copy): no accumulation, no hook
-    call; the exit hands it out."""
-    w, x = problem()
-    ref = eager_grad(w, x)
-    with rt.enable(stress=True):
-        (g,) = torch.autograd.grad(loss_of(w, x), [w])
-        assert not rt.is_tracked(g)
-        g = g * 1.0
-        assert rt.is_tracked(g)
-        w.grad = g
-    assert type(w.grad) is torch.Tensor and torch.equal(w.grad, ref)
-
-
-@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True:UserWarning")
-def test_gradient_with_a_graph_stays_a_wrapper():
-    """``create_graph=True``: the gradient keeps its graph, so it stays a wrapper (served after
-    exit as NOTE [ Escaping tensors ] says) and double backward works after exit."""
-    w, x = problem()
-    w.grad = None
-    (g_ref,) = torch.autograd.grad(loss_of(w, x), [w], create_graph=True)
-    (gg_ref,) = torch.autograd.grad(g_ref.square().sum(), [w])
-    with rt.enable(stress=True):
-        loss_of(w, x).backward(create_graph=True)
-    assert rt.is_tracked(w.grad) and w.grad.grad_fn is not None
-    (gg,) = torch.autograd.grad(w.grad.square().sum(), [w])
-    assert torch.equal(rt.unwrap(w.grad.detach()), g_ref.detach())
-    assert torch.equal(gg, gg_ref)
-    w.grad = None  # the parameter-gradient cycle create_graph makes

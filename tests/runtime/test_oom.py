@@ -1,7 +1,7 @@
 """NOTE [ Out-of-memory fallback ] (runtime/oom.py): what counts as the allocator's refusal,
 retries that double their evictions, and recomputations retried too. A real CUDA refusal is
-probed by benchmarks/gpu_check.py (tests/gpu_probes.py ``probe_oom``); the first-attempt
-tests are in test_runtime_core.py."""
+probed by benchmarks/gpu_check.py (tests/gpu_probes.py ``probe_oom``); the tests at the end
+are an op's first attempt refused (NOTE [ Budget accounting ])."""
 
 from __future__ import annotations
 
@@ -118,3 +118,50 @@ def test_an_op_that_writes_its_argument_is_not_retried():
         with pytest.raises(torch.OutOfMemoryError):
             torch.ops.tritondtr_test.refused_write_(a)
     assert _REFUSE["left"] == 0
+
+
+_FAILS = {"left": 0}
+
+
+@torch.library.custom_op("tritondtr_test::oom_then_double", mutates_args=())
+def _oom_then_double(x: torch.Tensor) -> torch.Tensor:
+    """x * 2, after raising the allocator's out-of-memory error ``_FAILS["left"]`` times."""
+    if _FAILS["left"] > 0:
+        _FAILS["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x * 2
+
+
+@pytest.mark.parametrize("fails", [1, 2])
+def test_allocator_oom_evicts_and_retries(fails):
+    """NOTE [ Budget accounting ]: on the allocator's OutOfMemoryError (CUDA in practice; a
+    custom op raises it here) one victim is evicted and the op retried, also from a lazy
+    pool (the budget never bound, so the engine is built first)."""
+    x = torch.randn(100)
+    with rt.enable(budget="1MiB", debug=True) as s:
+        a = (x + 1) * 3
+        others = [a + k for k in range(3)]
+        b = a - 1
+        _FAILS["left"] = fails
+        y = torch.ops.tritondtr_test.oom_then_double(b)
+        # NOTE [ Out-of-memory fallback ] rule 2: retry i evicts 2**i victims
+        assert s.stats.evictions == 2**fails - 1 and _FAILS["left"] == 0
+        assert torch.equal(rt.unwrap(y), ((x + 1) * 3 - 1) * 2)
+        for k, o in enumerate(others):  # recomputed if it was a victim
+            assert torch.equal(rt.unwrap(o), (x + 1) * 3 + k)
+
+
+def test_allocator_oom_with_nothing_to_evict_propagates():
+    x = torch.randn(100)
+    with rt.enable(budget=None) as s:  # nothing is ever evicted: the error is the user's
+        _FAILS["left"] = 1
+        with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+            torch.ops.tritondtr_test.oom_then_double(x + 1)
+        assert torch.equal(rt.unwrap(torch.ops.tritondtr_test.oom_then_double(x + 1)), (x + 1) * 2)
+    with rt.enable(budget="1MiB") as s:  # only the op's own (locked) input is tracked
+        b = x + 1
+        _FAILS["left"] = 5
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ops.tritondtr_test.oom_then_double(b)
+        _FAILS["left"] = 0
+        assert torch.equal(rt.unwrap(b), x + 1) and s.stats.evictions == 0

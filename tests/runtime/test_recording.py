@@ -3,6 +3,7 @@ matches the runtime's accounting, and the simulator replays it (NOTE [ Recording
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 import torch
 
 import tritondtr
+import tritondtr.runtime as rt
 from tests import zoo
-from tritondtr.sim import EventKind, baseline, load_trace, simulate
+from tritondtr.sim import EventKind, baseline, load_trace, save_trace, simulate
 from tritondtr.traceformat.trace import Trace
 
 _PROGRAM = ("kind", "arg", "op_name", "in_ptr", "inputs", "out_ptr", "size", "alias")
@@ -217,3 +219,37 @@ def test_trace_after_an_error_and_bad_arguments(tmp_path):
         tritondtr.trace(budget=1 << 20, stress=True)
     with pytest.raises(ValueError, match="meta"):
         tritondtr.trace(meta=["model"])
+
+
+@pytest.mark.parametrize("fmt", ["memory", "jsonl", "npz"])
+@pytest.mark.parametrize("trigger", ["caught_budget_error", "evict_all"])
+def test_twin_counts_match_a_run_with_session_side_work(trigger, fmt, tmp_path):
+    """NOTE [ Recording a trace ] rule 8 and NOTE [ The twin ] rule 7: a caught BudgetError's
+    work and session.evict_all() are events the twin replays, through both file formats. Found by
+    the differential fuzzer (24f9447)."""
+    import tritondtr
+    from tritondtr.sim import load_trace, simulate
+
+    x = torch.randn(64, 64, requires_grad=True)
+    budget = 56 * 1024 if trigger == "caught_budget_error" else 1 << 20
+    with tritondtr.trace(None, budget=budget, cost="analytic") as rec:
+        h, hs = x, []
+        for _ in range(4):
+            h = (h @ x).tanh()
+            hs.append(h)
+        if trigger == "evict_all":
+            rec.session.evict_all()
+        with contextlib.suppress(rt.BudgetError):  # documented: the session stays usable
+            torch.cat(hs * 3)
+        h.sum().backward()
+    trace = rec.trace
+    if fmt != "memory":
+        trace = load_trace(save_trace(trace, tmp_path / f"t.{fmt}"))
+    m = trace.meta["runtime"]
+    assert m["evictions"] > 0
+    r = simulate(trace, m["heuristic"], budget=budget, semantics="runtime", overhead_limit=None)
+    assert (r.evictions, r.remats, r.peak_bytes) == (
+        m["evictions"],
+        m["rematerializations"],
+        m["peak_bytes"],
+    )

@@ -1,5 +1,7 @@
-"""Random ops outside ATen (NOTE [ RNG replay ] in runtime/recipe.py, NOTE [ Op semantics ]
-rule 4): a ``torch.library.custom_op`` runs as one op under the session, and the ops of its
+"""Random ops (NOTE [ RNG replay ] in runtime/recipe.py): a replay draws what the first
+execution drew and leaves the program's random stream as eager leaves it. ATen's random ops
+are the tests at the end; most of this file is ops outside ATen (NOTE [ Op semantics ] rule
+4): a ``torch.library.custom_op`` runs as one op under the session, and the ops of its
 body (``rand_like``, ``bernoulli_``, a draw from a ``Generator`` argument) never reach the
 dispatch mode. Its replays must draw what its first execution drew.
 
@@ -15,8 +17,10 @@ the program's random streams after the step are eager's.
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tritondtr.runtime as rt
+from tests.runtime.eager_check import compare, leaf
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -312,3 +316,34 @@ def test_cudnn_lstm_dropout_equals_eager_under_stress():
     for g, r in zip(got_grads, grads):
         assert torch.equal(g, r)
     assert torch.equal(got_after, after)
+
+
+def test_random_ops_replay_and_leave_the_stream_alone():
+    x = leaf(64, 32)
+
+    def fn():
+        torch.manual_seed(3)
+        h = F.dropout(x.tanh(), 0.5) + torch.rand(64, 32)
+        return (F.dropout(h, 0.3) * torch.randn_like(h)).sum()
+
+    compare(fn, x)
+    torch.manual_seed(5)
+    with rt.enable(stress=True):
+        fn().backward()
+        after = torch.rand(3)
+    torch.manual_seed(5)
+    fn().backward()
+    assert torch.equal(after, torch.rand(3))
+
+
+def test_alpha_dropout_of_a_plain_input():
+    """alpha_dropout of a plain input replays its draw. Found by the differential fuzzer's first
+    campaign (454b0e1)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6)
+    torch.manual_seed(1)
+    ref = F.alpha_dropout(x, 0.2, training=True)
+    torch.manual_seed(1)
+    with rt.enable(stress=True):
+        y = F.alpha_dropout(x, 0.2, training=True)
+    assert torch.equal(rt.unwrap(y), ref)

@@ -1,5 +1,6 @@
 """What a session reports: ``print(session.stats)``, ``stats.as_dict()``, per-op
-rematerializations, and the warning when a byte budget never bound."""
+rematerializations, the warning when a byte budget never bound, and its ranges in the
+profiler."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 import torch
 
 import tritondtr
+import tritondtr.runtime as rt
 from tests import zoo
+from tests.runtime.eager_check import leaf
 
 
 def _peak():
@@ -89,3 +92,15 @@ def test_the_warning_as_an_error_leaves_nothing_behind():
 
     assert not _get_current_dispatch_mode_stack()
     assert _run(budget=peak // 2).evictions > 0
+
+
+def test_profiler_shows_named_ranges():
+    x = leaf(16, 16)
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu) as prof, rt.enable(budget=3000):
+        h = x
+        for _ in range(6):
+            h = h.tanh() * 1.5
+        h.sum().backward()
+    names = {e.name for e in prof.events()}
+    assert {"tritondtr::evict", "tritondtr::select", "tritondtr::rematerialize"} <= names

@@ -71,53 +71,43 @@ def test_budget_none_measures_peak():
     assert stats.ops > 0 and stats.op_counts["aten.mm.default"] > 0
 
 
-def _step(name, scale, budget=None, heuristic="dtr_eq", use_dtr=True):
-    case = make(name, scale=scale)
-    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
-    if not use_dtr:
-        return case, train_step(case, opt).detach(), None
-    with rt.enable(budget=budget, heuristic=heuristic) as session:
-        loss = rt.unwrap(train_step(case, opt).detach())
-    return case, loss, session.stats
+class _CountingClock:
+    """A deterministic stand-in for the op-cost clock (``session._now_ns``): the costs, and
+    so the victims of cost-aware heuristics, are the same on every run."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> int:
+        self.n += 1
+        return self.n * 1000 + (self.n * 7919 % 997) * (self.n % 2)
 
 
-def test_locks_of_pending_recomputations_are_released_when_they_fill_the_budget():
-    """NOTE [ Iterative rematerialization ] rule 5: the MLP at width 512 and 20 % recomputes
-    evicted gradients along the backward chain, each level holding the activation it
-    recomputed first, until they fill the budget. That raised a BudgetError; now the locks
-    are released and the step equals eager. (30 % of the peak with parameter gradients
-    counted, before NOTE [ Leaf gradients ], is ~37 % of the peak without.)"""
-    ref, ref_loss, _ = _step("mlp", 16, use_dtr=False)
-    _, _, base = _step("mlp", 16)
-    budget = int(0.2 * base.peak_bytes)
-    case, loss, stats = _step("mlp", 16, budget)
-    assert stats.relaxations > 0 and stats.budget_errors == 0
-    assert torch.equal(loss, ref_loss)
-    for p, q in zip(case.model.parameters(), ref.model.parameters()):
-        assert torch.equal(p.grad, q.grad) and torch.equal(p.detach(), q.detach())
-    assert stats.peak_bytes <= budget + stats.max_op_out_bytes
-
-
-def test_thrashing_raises_and_leaves_the_session_usable():
-    """NOTE [ Iterative rematerialization ] rule 6: ``lru`` on the TreeLSTM at 20 % of its
-    peak recomputes the same ~230 storages over and over (logical clocks only: the same
-    victims every run). It stops with a ThrashError, not after minutes."""
-    _, _, base = _step("treelstm", 1)
-    budget = int(0.2 * base.peak_bytes)
-    ref = make("treelstm")
-    ref_loss = ref.loss(ref.model, ref.inputs)
-    case = make("treelstm")
-    with rt.enable(budget=budget, heuristic="lru") as s:
-        loss = case.loss(case.model, case.inputs)
-        with pytest.raises(
-            rt.ThrashError,
-            match=r"thrashes: .* rematerializations of \d+ "
-            r"distinct storages .* Raise the budget",
-        ):
+def _lstm_step(monkeypatch, budget=None, heuristic="dtr_eq", eager=False):
+    monkeypatch.setattr("tritondtr.runtime.session._now_ns", _CountingClock())
+    case = make("lstm")
+    torch.manual_seed(1)
+    if eager:
+        loss, session = case.loss(case.model, case.inputs), None
+        loss.backward()
+    else:
+        with rt.enable(budget=budget, heuristic=heuristic) as session:
+            loss = case.loss(case.model, case.inputs)
             loss.backward()
-        s.check_invariants()
-        assert s.stats.budget_errors == 1
-        assert torch.equal(rt.unwrap(loss.detach()), ref_loss.detach())
-        small = torch.ones(10) + 1
-        assert small.sum().item() == 20.0
-    assert isinstance(rt.ThrashError("aten.mm.default", 1, 2, 1), rt.BudgetError)
+            loss = rt.unwrap(loss.detach())
+    return loss.detach(), [p.grad for p in case.model.parameters()], session
+
+
+@pytest.mark.parametrize(("heuristic", "frac"), [("dtr_eq", 0.3), ("msps", 0.5)])
+def test_zoo_lstm_at_a_budget_equals_eager(monkeypatch, heuristic, frac):
+    """The zoo LSTM (``nn.LSTMCell`` unrolled;
+    ``test_views.py::test_unsafe_split_returns_views_of_its_ argument``) gave another loss and
+    other gradients than eager at most budgets below 50 % of its peak: with these heuristics and
+    deterministic costs, at every one of them. Fixed in 8037cc2."""
+    ref_loss, ref_grads, _ = _lstm_step(monkeypatch, eager=True)
+    _, _, base = _lstm_step(monkeypatch)
+    loss, grads, s = _lstm_step(monkeypatch, int(frac * base.stats.peak_bytes), heuristic)
+    assert s.stats.rematerializations > 0
+    assert torch.equal(loss, ref_loss)
+    for g, r in zip(grads, ref_grads):
+        assert torch.equal(g, r)

@@ -78,7 +78,7 @@ def _zoo_step(name: str):
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt", "lstm", "treelstm"])
 def test_zoo_twin_is_exact(name):
-    # The LSTM under stress takes ~200k recomputations (20 s): tests/test_runtime_regressions.
+    # The LSTM under stress takes ~200k recomputations (20 s): tests/runtime/test_zoo.py.
     _check(_zoo_step(name), stress=name != "lstm")
 
 
