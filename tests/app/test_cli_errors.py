@@ -134,7 +134,7 @@ def test_the_installed_command_exits_2_with_one_line(tmp_path):
     stderr (no warning, no traceback)."""
     path = truncated_npz(tmp_path)
     cmd = [sys.executable, "-m", "tritondtr", "simulate", str(path), "--out", str(tmp_path)]
-    root = str(Path(__file__).resolve().parents[1])  # this checkout's tritondtr
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's tritondtr
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stdout == ""

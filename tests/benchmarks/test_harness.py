@@ -12,7 +12,7 @@ import pytest
 import torch
 
 # benchmarks/ is a folder of scripts, not a package: its modules import each other by name.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_scoring
 import harness
