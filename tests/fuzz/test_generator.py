@@ -33,7 +33,7 @@ def test_known_limits_are_named_and_split_points_follow_the_last_write():
 def test_generated_programs_avoid_the_known_limits(monkeypatch):
     """The programs of 70 seeds, run eagerly with the excluded calls watched: in-place view ops
     run (the template is alive) and only on tensors without grad; ``.tolist()``, median and
-    masked_select never see what fuzz_limits excludes."""
+    masked_select never see what limits.py excludes."""
     seen, bad = [], []
 
     def watch(name, ok, owner=torch.Tensor):
