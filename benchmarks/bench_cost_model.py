@@ -49,13 +49,13 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))  # the repository root, for the tests' helpers (tests.zoo)
 
-import zoo  # noqa: E402
 from harness import Env, Row, Stats, describe_device, measure, write_csv, write_json  # noqa: E402
 from recorded import gru_step  # noqa: E402  (the same GRU loop: NOTE [ Recorded steps ])
 
 import tritondtr  # noqa: E402
+from tests import zoo  # noqa: E402
 from tritondtr.core import BudgetError as CoreBudgetError  # noqa: E402
 from tritondtr.core import Core, ThrashError  # noqa: E402
 from tritondtr.runtime import (  # noqa: E402

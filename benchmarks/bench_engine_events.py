@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
 
@@ -108,7 +108,7 @@ def workload(name: str, scale: int):
             cell.zero_grad()
 
         return (lambda: None), step
-    import zoo
+    from tests import zoo
 
     def fresh():
         case = zoo.make(name, seed=0, scale=scale)

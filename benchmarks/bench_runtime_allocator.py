@@ -39,12 +39,12 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))  # the repository root, for the tests' helpers (tests.zoo)
 
-import zoo  # noqa: E402
 from harness import Env, Row, Stats, describe_device, write_csv  # noqa: E402
 
 import tritondtr  # noqa: E402
+from tests import zoo  # noqa: E402
 
 KEEP = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "17179869184"}
 

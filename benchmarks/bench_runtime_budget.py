@@ -14,7 +14,7 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 #    after one untimed step), so that load from other processes on a shared machine falls
 #    on all settings alike instead of on whichever setting ran during it.
 #    Parameters move between steps (SGD, lr 1e-3): timing only, no equality here
-#    (tests/test_runtime_zoo.py checks gradients).
+#    (tests/runtime/test_zoo.py checks gradients).
 # 2. Rows per model and setting: ``step_time`` (ms), ``slowdown`` (x eager, from medians),
 #    ``peak`` (bytes, tritondtr's accounting), ``evictions`` and ``rematerializations``
 #    (per step). ``size`` is the model's baseline peak in bytes.
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
 from floor import ModeOnly, WrapperFloor  # noqa: E402
 from harness import (  # noqa: E402
@@ -91,7 +91,7 @@ def load(name: str, scale: int, device: str, batch: int) -> Bench:
         def loss():
             return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
     else:
-        import zoo
+        from tests import zoo
 
         case = zoo.make(name, seed=0, scale=scale)
         model = case.model.to(device)

@@ -64,7 +64,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
 from bench_runtime_budget import in_rounds, inside, under  # noqa: E402
 from floor import WrapperFloor  # noqa: E402
@@ -112,7 +112,7 @@ def load(name: str, scale: int, device: str, batch: int, checkpointed: bool):
         def loss():
             return model(input_ids=ids, labels=ids, use_cache=False).loss
     else:
-        import zoo
+        from tests import zoo
 
         case = zoo.make(name, seed=0, scale=scale)
         model = case.model.to(device)

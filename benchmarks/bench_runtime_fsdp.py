@@ -1,7 +1,7 @@
 """What should the runtime keep when FSDP2 frees a block's parameters (NOTE [ FSDP2 ] rule 2)?
 
 # NOTE [ FSDP2 cut benchmark ]
-# 1. Program: tests/test_fsdp2.py's transformer-like stack (each block and the root
+# 1. Program: tests/runtime/test_fsdp2.py's transformer-like stack (each block and the root
 #    ``fully_shard``-ed), one AdamW step, two gloo processes on this machine, one torch thread
 #    each. Shapes: ``acts`` (the test's: width 33, 3 blocks, 4 x 47 tokens: activations
 #    dominate), ``params`` (width 64, 3 blocks, 2 x 16 tokens: a block's parameters outweigh its
@@ -39,10 +39,11 @@ from torch import nn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))  # the repository root, for the tests' helpers (tests.zoo)
 
 from harness import Env, Row, Stats, describe_device, write_csv, write_json  # noqa: E402
-from test_fsdp2 import Net, _free_port  # noqa: E402
+
+from tests.runtime.test_fsdp2 import Net, _free_port  # noqa: E402
 
 SHAPES = {"acts": (33, 3, (4, 47)), "params": (64, 3, (2, 16))}  # width, depth, tokens
 POLICIES = ("min", "held", "readers", "copy")

@@ -2,8 +2,8 @@
 
 It checks what a CPU cannot (compiled kernels, CUDA streams, device memory, atomics) and
 measures what only a GPU can tell, in stages of falling value. ``--tiny`` runs every stage on
-the CPU at toy sizes: the test suite does (tests/test_gpu_check.py), so it cannot rot between
-the rare sessions that have a GPU.
+the CPU at toy sizes: the test suite does (tests/benchmarks/test_gpu_check.py), so it cannot
+rot between the rare sessions that have a GPU.
 
 # NOTE [ GPU check ]
 # 1. Stages run in order of value, in one process (a CUDA context and the imports are paid
@@ -46,7 +46,7 @@ from pathlib import Path
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
 
 class CheckFailed(AssertionError):

@@ -219,7 +219,7 @@ def stage_probes(ctx) -> None:
         )
         del mask
     # 4. A custom op drawing randomness inside, replayed exactly under stress.
-    from gpu_probes import probe_custom_rng, probe_nondeterministic, probe_oom
+    from tests.gpu_probes import probe_custom_rng, probe_nondeterministic, probe_oom
 
     r = probe_custom_rng(dev)
     ctx.check("custom-op randomness replayed exactly", r["equal"], str(r))
@@ -236,7 +236,7 @@ def stage_probes(ctx) -> None:
 # -------------------------------------------------------------------------------- zoo
 def stage_zoo(ctx) -> None:
     """The zoo's steps on the device at 50 %, bit-equal to eager (deterministic algorithms)."""
-    import zoo
+    from tests import zoo
 
     names = ["mlp", "cnn", "gpt", "lstm", "treelstm"]
     scale = 1 if ctx.tiny else 8

@@ -31,11 +31,10 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
-
-import zoo  # noqa: E402
+sys.path.insert(0, str(HERE.parent))  # the repository root, for the tests' helpers (tests.zoo)
 
 import tritondtr  # noqa: E402
+from tests import zoo  # noqa: E402
 
 __all__ = [
     "DTR_LOGS",

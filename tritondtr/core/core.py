@@ -67,7 +67,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    (docs/benchmarks.md, GPU figures: not yet measured).
 # 3. The simulator's twin passes its own table device (``--device``) and so still uses the
 #    device-resident table and kernels at millions of tensors; decisions are the same either
-#    way (the torch twin and the kernels choose the same victims: tests/test_engine.py).
+#    way (the torch twin and the kernels choose the same victims: tests/engine/test_engine.py).
 
 
 # NOTE [ Deferred locks ]
@@ -137,7 +137,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    raises BudgetError (not ThrashError), the inputs it made resident before are unlocked
 #    and it is tried once more without them; a later round brings them back. The zoo's MLP
 #    at 20 % of its peak needs both once NOTE [ Readers before release ] changed which
-#    storages are resident in its backward (tests/test_runtime_zoo.py): ``mm(g, x)`` found
+#    storages are resident in its backward (tests/runtime/test_zoo.py): ``mm(g, x)`` found
 #    ``g`` resident and ``x`` evicted, ``x``'s recomputation evicted ``g``, and ``g``'s chain
 #    did not fit beside ``x``. Nothing is held by the driver yet (the runtime reads no buffer
 #    before this pass), so the memory given back is real.

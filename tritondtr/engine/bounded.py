@@ -80,7 +80,7 @@ class BoundedChoice:
     def scores(self, now: int, idx: np.ndarray | None = None) -> np.ndarray:
         """The float32 scores of NOTE [ Scoring rules ] 2-4 at ``now`` of the slots ``idx``
         [m] int64 (every slot, [capacity], when None); +inf for non-candidates. The torch
-        twin's scores bit for bit (tests/test_engine.py), for these heuristics only."""
+        twin's scores bit for bit (tests/engine/test_engine.py), for these heuristics only."""
         t = self.table
         if idx is None:
             evs, cost, nbhd = t.host_evictable_size, t.host_cost, t.host_nbhd_cost

@@ -40,7 +40,7 @@ class values ]); the neighbourhood's facade reports the events and writes the st
 #    rematerialized slot starts from base 0 and enters the frontiers of its neighbours' classes.
 #    A recorded class whose pend[c] came back to 0 marks its frontier too: a union since the
 #    last stage moved part of a shared member's value from base[r] into pend[c] (rule 3), so
-#    pend[c] back at 0 is a change of that member's value (tests/test_neighborhood.py, the
+#    pend[c] back at 0 is a change of that member's value (tests/engine/test_neighborhood.py, the
 #    union whose pending change cancels).
 # 5. Every step is integer arithmetic, so the values are those of rule 2 bit for bit, in any
 #    order of events (``check_invariants`` compares every resident slot with rule 2).

@@ -29,7 +29,7 @@ no eviction policy, however clever, can beat.
 #    handing its buffer to the new version, ``freeze`` (NOTE [ The twin ] rules 2-3). Leaving
 #    out a read only makes the bound smaller, never wrong.
 # 5. Units: the trace's (ns of compute, bytes). It is a lower bound of the optimum, not a
-#    schedule; tests/test_sim_bound.py checks it against revolve's optimum on chains and
+#    schedule; tests/sim/test_bound.py checks it against revolve's optimum on chains and
 #    against every heuristic's replay on the zoo.
 
 # NOTE [ Support bound ]

@@ -22,7 +22,7 @@ tritondtr[milp]``. Practical up to about 100 ops.
 #    zero-cost, zero-size sink op reads them in a last stage.
 # 5. Restrictions against the simulator's dynamic schedules: the outputs of one op are
 #    evicted together, and each op runs at most once per stage. The optimum here is thus
-#    an upper bound of the best dynamic schedule; tests/test_sim_optimum.py finds them equal
+#    an upper bound of the best dynamic schedule; tests/sim/test_optimum.py finds them equal
 #    against a brute-force search of every schedule on small chains and DAGs.
 """
 

@@ -91,7 +91,7 @@ def revolve_extra(n: int, s: int) -> int:
 #    = 3 units: revolve's current state and adjoint are g_i and the state being advanced,
 #    and the simulator's ops are out of place, so an advance holds x_k and x_{k+1} at once
 #    (and b_i holds g_i and g_{i-1}). A budget of B units thus allows s = B - 3 slots.
-# 3. Rule 2 is not an assumption: tests/test_sim_optimum.py checks
+# 3. Rule 2 is not an assumption: tests/sim/test_optimum.py checks
 #    chain_optimum_extra(n, B) against the Checkmate integer program and a brute-force
 #    search of every eviction schedule of the simulator's semantics on small chains.
 CHAIN_WORK_SLOTS = 3

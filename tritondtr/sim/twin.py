@@ -18,7 +18,7 @@
 #    ``annotate`` change nothing.
 # 4. For a trace recorded by ``tritondtr.trace(budget=B, heuristic=H)``, a replay at B and H
 #    makes exactly the recorded run's evictions and rematerializations and reaches its peak
-#    (NOTE [ Recording a trace ] rule 8; tests/test_sim_twin.py). Other traces carry fewer
+#    (NOTE [ Recording a trace ] rule 8; tests/sim/test_twin.py). Other traces carry fewer
 #    annotations or none: the DTR authors' logs flag the storages of their backward pass,
 #    from their own mark (NOTE [ DTR log import ] rule 8 in traceformat/dtrlog.py), and
 #    nothing else; generated ones nothing. Their storages are never flagged ``PINNED``

@@ -1,0 +1,1 @@
+"""The engine (tritondtr.engine): the metadata table, neighbourhoods and the victim choice."""

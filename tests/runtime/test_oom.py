@@ -1,0 +1,167 @@
+"""NOTE [ Out-of-memory fallback ] (runtime/oom.py): what counts as the allocator's refusal,
+retries that double their evictions, and recomputations retried too. A real CUDA refusal is
+probed by benchmarks/gpu_check.py (tests/gpu_probes.py ``probe_oom``); the tests at the end
+are an op's first attempt refused (NOTE [ Budget accounting ])."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tritondtr.runtime as rt
+from tritondtr.runtime.oom import is_oom
+
+_FAIL = {"replays": 0, "calls": 0}
+
+
+@torch.library.custom_op("tritondtr_test::oom_on_replay", mutates_args=())
+def _oom_on_replay(x: torch.Tensor) -> torch.Tensor:
+    """x * 3; its calls after the first raise the allocator's error ``_FAIL["replays"]``
+    times: a recomputation the allocator refuses."""
+    _FAIL["calls"] += 1
+    if _FAIL["calls"] > 1 and _FAIL["replays"] > 0:
+        _FAIL["replays"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x * 3
+
+
+@pytest.mark.parametrize(
+    "error, refused",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB"), True),
+        (
+            RuntimeError(
+                "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                "allocate memory: you tried to allocate 8388608 bytes."
+            ),
+            True,
+        ),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
+        (ValueError("out of memory"), False),
+    ],
+)
+def test_what_counts_as_the_allocator_refusing(error, refused):
+    assert is_oom(error) is refused
+
+
+@pytest.mark.parametrize("fails", [1, 3])
+def test_a_refused_recomputation_evicts_and_retries(fails):
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(budget="1MiB", debug=True) as s:
+        y = torch.ops.tritondtr_test.oom_on_replay(x + 1)
+        keep = [(x * k).sin() for k in range(6)]  # needs no y
+        s.evict_all()  # y too
+        keep = [t * 1 for t in keep]  # resident again: victims for the retries
+        before = s.stats.evictions
+        _FAIL["replays"] = fails
+        z = y * 2  # y is recomputed; the allocator refuses it ``fails`` times
+        assert _FAIL["replays"] == 0
+        assert s.stats.evictions > before
+        assert torch.equal(rt.unwrap(z), (x + 1) * 3 * 2)
+        for k, t in enumerate(keep):  # recomputed where they were the retries' victims
+            assert torch.equal(rt.unwrap(t), (x * k).sin() * 1)
+
+
+def test_a_refusal_with_nothing_to_evict_propagates_from_a_recomputation():
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(stress=True) as s:
+        y = torch.ops.tritondtr_test.oom_on_replay(x + 1)
+        _FAIL["replays"] = 100
+        with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+            (y * 2).sum()
+        _FAIL["replays"] = 0
+        assert torch.equal(rt.unwrap(y * 1), (x + 1) * 3)
+    assert s.stats.rematerializations > 0
+
+
+_REFUSE = {"left": 0}
+
+
+@torch.library.custom_op("tritondtr_test::refused_first", mutates_args=())
+def _refused_first(x: torch.Tensor) -> torch.Tensor:
+    if _REFUSE["left"] > 0:
+        _REFUSE["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x + 1
+
+
+@torch.library.custom_op("tritondtr_test::refused_write_", mutates_args=("x",))
+def _refused_write_(x: torch.Tensor) -> None:
+    x.add_(1)  # half of the work is done ...
+    if _REFUSE["left"] > 0:
+        _REFUSE["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")  # ... then refused
+
+
+def test_a_refusal_before_anything_is_tracked_is_the_allocators_error():
+    """Review finding: the first op of a session refused by the allocator raised
+    AttributeError (no engine yet) instead of the allocator's error."""
+    x = torch.randn(10)
+    _REFUSE["left"] = 1
+    refused = pytest.raises(torch.OutOfMemoryError, match="raised by the test")
+    with refused, rt.enable(budget="1GiB"):
+        torch.ops.tritondtr_test.refused_first(x)
+
+
+def test_an_op_that_writes_its_argument_is_not_retried():
+    """NOTE [ Out-of-memory fallback ] rule 1: an in-place op may have applied part of its
+    write before the refusal; a retry would apply it twice."""
+    x = torch.randn(1000)
+    with rt.enable(budget="1MiB") as s:
+        a = x * 2
+        others = [x * k for k in range(4)]  # victims a retry could evict
+        s.evict_all()
+        others = [o * 1 for o in others]
+        _REFUSE["left"] = 1
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ops.tritondtr_test.refused_write_(a)
+    assert _REFUSE["left"] == 0
+
+
+_FAILS = {"left": 0}
+
+
+@torch.library.custom_op("tritondtr_test::oom_then_double", mutates_args=())
+def _oom_then_double(x: torch.Tensor) -> torch.Tensor:
+    """x * 2, after raising the allocator's out-of-memory error ``_FAILS["left"]`` times."""
+    if _FAILS["left"] > 0:
+        _FAILS["left"] -= 1
+        raise torch.OutOfMemoryError("out of memory (raised by the test)")
+    return x * 2
+
+
+@pytest.mark.parametrize("fails", [1, 2])
+def test_allocator_oom_evicts_and_retries(fails):
+    """NOTE [ Budget accounting ]: on the allocator's OutOfMemoryError (CUDA in practice; a
+    custom op raises it here) one victim is evicted and the op retried, also from a lazy
+    pool (the budget never bound, so the engine is built first)."""
+    x = torch.randn(100)
+    with rt.enable(budget="1MiB", debug=True) as s:
+        a = (x + 1) * 3
+        others = [a + k for k in range(3)]
+        b = a - 1
+        _FAILS["left"] = fails
+        y = torch.ops.tritondtr_test.oom_then_double(b)
+        # NOTE [ Out-of-memory fallback ] rule 2: retry i evicts 2**i victims
+        assert s.stats.evictions == 2**fails - 1 and _FAILS["left"] == 0
+        assert torch.equal(rt.unwrap(y), ((x + 1) * 3 - 1) * 2)
+        for k, o in enumerate(others):  # recomputed if it was a victim
+            assert torch.equal(rt.unwrap(o), (x + 1) * 3 + k)
+
+
+def test_allocator_oom_with_nothing_to_evict_propagates():
+    x = torch.randn(100)
+    with rt.enable(budget=None) as s:  # nothing is ever evicted: the error is the user's
+        _FAILS["left"] = 1
+        with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+            torch.ops.tritondtr_test.oom_then_double(x + 1)
+        assert torch.equal(rt.unwrap(torch.ops.tritondtr_test.oom_then_double(x + 1)), (x + 1) * 2)
+    with rt.enable(budget="1MiB") as s:  # only the op's own (locked) input is tracked
+        b = x + 1
+        _FAILS["left"] = 5
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ops.tritondtr_test.oom_then_double(b)
+        _FAILS["left"] = 0
+        assert torch.equal(rt.unwrap(b), x + 1) and s.stats.evictions == 0
