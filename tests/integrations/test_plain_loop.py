@@ -111,3 +111,42 @@ def _assert_same_run(run: _Run, eager: _Run) -> None:
     saved = torch.load(run.out / f"step{STEPS}.pt")
     want = eager.model.state_dict()
     assert all(torch.equal(saved["model"][k], v) for k, v in want.items())
+
+
+class _Noisy(torch.utils.data.Dataset):
+    """Samples made by ops in ``__getitem__`` (augmentation). A worker forked inside the
+    session runs them under its copy of the session (the dispatch mode is inherited); the
+    collate function stacks them into shared memory it allocated, a plain tensor."""
+
+    def __len__(self) -> int:
+        return 128
+
+    def __getitem__(self, i: int):
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(64, generator=g)
+        return (x * 2 + 1).tanh(), int(x.sum() > 0)
+
+
+def _worker_loop(workers: int, budget, *, session: bool = True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+        torch.nn.Linear(64, 2),
+    )  # fmt: skip
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(_Noisy(), batch_size=32, num_workers=workers)
+    with tritondtr.enable(budget=budget) if session else contextlib.nullcontext() as s:
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    return model, s
+
+
+def test_dataloader_workers_inside_the_session():
+    eager, _ = _worker_loop(0, None, session=False)
+    _, measured = _worker_loop(0, None)
+    budget = half_peak(measured.stats)
+    model, s = _worker_loop(1, budget)
+    assert_evicted_within_budget(s.stats, budget)
+    assert_same_parameters(model, eager)

@@ -37,6 +37,11 @@
 #    an EMA or weight update under inference_mode). A recipe may read an inference tensor
 #    made there (a target for a loss): it has no version to record, and only an op under
 #    inference_mode can write it, which that check sees.
+# 8. What rule 4 keeps per leaf (its hook, its memory's watch in ``ReadMemory``) goes when the
+#    leaf dies, through a weak-reference callback. Autograd unpacks a saved ``t(W)`` of each
+#    linear layer's weight as a new leaf object in every backward pass (a view of ``W``,
+#    ``grad_fn`` None); a session around a whole training loop kept an entry for each of them
+#    (a hook handle, three weak references), one per linear layer and step, for good.
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -791,11 +796,13 @@ class Session:
         boundary.check_invariants(self)
 
     def _hook(self, p: torch.Tensor) -> None:
-        """NOTE [ What is tracked ] rule 4."""
-        h = self._hooks.get(id(p))
+        """NOTE [ What is tracked ] rules 4 and 8."""
+        key = id(p)
+        h = self._hooks.get(key)
         if h is not None and h[0]() is p:
             return
-        self._hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(self._on_grad))
+        ref = weakref.ref(p, _unhook(self._hooks, key))
+        self._hooks[key] = (ref, p.register_post_accumulate_grad_hook(self._on_grad))
         self.reads.leaf(p, self.fsdp.keys)
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
 
@@ -806,6 +813,18 @@ class Session:
             # Another shape: ``p.data`` took another shape under a live graph; autograd set
             # the graph's shape, which the Python setter refuses: the wrapper stays.
             p.grad = g._cell.session.value(g, escape=True)
+
+
+def _unhook(hooks: dict, key: int):
+    """NOTE [ What is tracked ] rule 8: the weak-reference callback that drops a dead leaf's
+    entry; it holds the dict, not the session (the dict is cleared at exit)."""
+
+    def gone(ref) -> None:  # a dict update: safe inside the collector
+        h = hooks.get(key)
+        if h is not None and h[0] is ref:
+            del hooks[key]
+
+    return gone
 
 
 def _is_leaf(t: torch.Tensor) -> bool:
