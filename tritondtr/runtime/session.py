@@ -97,7 +97,7 @@ from torch.utils._python_dispatch import (
 from ..core import BudgetError, Core
 from ..engine.residency import EVICTED, FREE
 from ..units import format_bytes
-from . import boundary, plaindata
+from . import boundary, collector, plaindata
 from . import device as devices
 from .config import TablePlace
 from .cost import CostModel, price, resolve
@@ -209,6 +209,7 @@ class Session:
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
+        self._collecting = False  # NOTE [ Garbage collector ]: the thresholds are raised
         self.debug, self.stress = config.debug, config.stress
         # None: measured (NOTE [ Cost models ] in cost.py); the device's model (rules 8-10)
         self.cost_fn = _UNRESOLVED if isinstance(config.cost, CostModel) else config.cost
@@ -242,6 +243,8 @@ class Session:
         self.active = True
         self.fsdp.install()
         plaindata.install()  # NOTE [ Plain .data assignment ] rule 2
+        collector.session_started()  # NOTE [ Garbage collector ] (collector.py): last, so
+        self._collecting = True  # an entry that raised has nothing to restore
         return self
 
     @opaque
@@ -253,7 +256,12 @@ class Session:
             try:
                 self.fsdp.close(freeze=exc[0] is None)  # NOTE [ FSDP2 ] rule 6
             finally:
-                self._close()
+                try:
+                    self._close()
+                finally:
+                    if self._collecting:  # NOTE [ Garbage collector ] rule 1
+                        self._collecting = False
+                        collector.session_ended()
         if exc[0] is None:  # after every cleanup: a warnings filter may make it an error
             self._warn_if_never_bound()
         return False
