@@ -12,7 +12,7 @@
 #    through the backward: with 700, every 90 ops of the forward set off a collection, whose
 #    survivors (all alive) moved to the older generations, and every ~100k of them one full
 #    collection of every object of the process (~400k once transformers is loaded, 0.2 to
-#    0.4 s each on a 2-core CPU). Eager mode keeps its saved tensors in C++ and makes none of
+#    0.6 s each on a 2-core CPU). Eager mode keeps its saved tensors in C++ and makes none of
 #    this. With 100,000 a step whose count climbs less (~11,000 ops) sets off no collection
 #    at all: the runtime's objects die by reference counting before any collector sees them.
 #    Measurements: docs/benchmarks.md, Garbage collection.
@@ -25,7 +25,7 @@
 #    does) or set its own threshold (rule 3).
 # 5. Not ``gc.freeze()`` of the process's objects at entry: full collections then skip them,
 #    but they vanish from ``gc.get_objects()`` until exit, cycles among them are not freed,
-#    and young collections still ran (15 a step on the GRU loop, ~1.6 % of its time).
+#    and young collections still ran (15 a step on the GRU loop, ~1.4 % of its time).
 # 6. Sessions in several threads share the process's collector: a count of active sessions,
 #    under a lock; the first entry saves, the last exit restores.
 """
