@@ -83,3 +83,14 @@ def test_torch_save_and_pickle_write_the_plain_value(inside):
     for t in (loaded["metric"], loaded["leaf"], pickle.loads(pickled)):
         assert type(t) is torch.Tensor and torch.equal(t.detach(), want)
     assert loaded["leaf"].requires_grad
+
+
+def test_pickling_leaves_the_buffer_alone():
+    """The wrapper's attributes go into the pickle, not onto the runtime's buffer."""
+    x = torch.randn(3)
+    with tritondtr.enable(budget=None):
+        d, want = _tracked_leaf(x)
+        d.note = "metric"
+        got = pickle.loads(pickle.dumps(d))
+        assert got.note == "metric" and torch.equal(got, want)
+        assert not hasattr(unwrap(d), "note")

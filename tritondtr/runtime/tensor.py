@@ -206,8 +206,9 @@ class DTRTensor(torch.Tensor):
         plain tensor of its value."""
         plain = self._cell.session.value(self, escape=False)
         with _disable_current_modes():
+            plain = plain.detach()  # a tensor of its own: the buffer's object is the runtime's
             if self.requires_grad:
-                plain = plain.detach().requires_grad_()
+                plain.requires_grad_()
             if self.__dict__:
                 plain.__dict__.update(self.__dict__)
             return plain.__reduce_ex__(protocol)
