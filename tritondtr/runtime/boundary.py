@@ -112,10 +112,16 @@ class ReadMemory:
 
     def leaf(self, p: torch.Tensor, skip: set[int]) -> None:
         """Hooked leaf ``p`` (NOTE [ What is tracked ] rule 4); ``skip``: storage keys to
-        leave out (NOTE [ FSDP2 ] rule 7)."""
+        leave out (NOTE [ FSDP2 ] rule 7). Its entries go when it dies (rule 8); a live leaf
+        at the same address keeps it (a parameter, not autograd's unpacked ``t(W)``)."""
         ptr = storage_ptr(p)
         if ptr and not (skip and storage_key(p) in skip):
-            self.leaves[ptr] = self._ids[id(p)] = weakref.ref(p)
+            ref = weakref.ref(p, _forget(self._ids, id(p), self.leaves, ptr))
+            self._ids[id(p)] = ref
+            old = self.leaves.get(ptr)
+            held = old() if old is not None else None
+            if held is None or storage_ptr(held) != ptr:
+                self.leaves[ptr] = ref
 
     def recipe(self, rec, plains: list[torch.Tensor], skip: set[int]) -> None:
         """``rec`` is sealed and reads the plain tensors ``plains``: count it as a reader of
@@ -172,6 +178,19 @@ class ReadMemory:
         self._ids.clear()
         self.readers.clear()
         self._watch.clear()
+
+
+def _forget(ids: dict, key: int, leaves: dict, ptr: int):
+    """The weak-reference callback that drops a dead leaf's entries (NOTE [ What is tracked ]
+    rule 8); it holds the dicts, not their owner (cleared at the session's exit)."""
+
+    def forget(ref) -> None:  # dict updates: safe inside the collector
+        if ids.get(key) is ref:
+            del ids[key]
+        if leaves.get(ptr) is ref:
+            del leaves[ptr]
+
+    return forget
 
 
 def writes_leaf(session, info, args, kwargs) -> bool:

@@ -37,6 +37,11 @@
 #    an EMA or weight update under inference_mode). A recipe may read an inference tensor
 #    made there (a target for a loss): it has no version to record, and only an op under
 #    inference_mode can write it, which that check sees.
+# 8. What rule 4 keeps per leaf (its hook, its memory's watch in ``ReadMemory``) goes when the
+#    leaf dies, through a weak-reference callback. Autograd unpacks a saved ``t(W)`` of each
+#    linear layer's weight as a new leaf object in every backward pass (a view of ``W``,
+#    ``grad_fn`` None); a session around a whole training loop kept an entry for each of them
+#    (a hook handle, three weak references), one per linear layer and step, for good.
 
 # NOTE [ Escaping tensors ]
 # 1. Wrappers stay valid after the context exits: every op on them is still served, with no
@@ -94,7 +99,7 @@ from torch.utils._python_dispatch import (
 from ..core import BudgetError, Core
 from ..engine.residency import EVICTED, FREE
 from ..units import format_bytes
-from . import boundary, plaindata
+from . import boundary, collector, plaindata
 from . import device as devices
 from .config import TablePlace
 from .cost import CostModel, price, resolve
@@ -246,6 +251,7 @@ class Session:
         self.leafgrads = LeafGrads()  # NOTE [ Leaf gradients ] (leafgrad.py)
         self.active = False
         self.closed = False
+        self._collecting = False  # NOTE [ Garbage collector ]: the thresholds are raised
         self.debug, self.stress = config.debug, config.stress
         # None: measured (NOTE [ Cost models ] in cost.py); the device's model (rules 8-10)
         self.cost_fn = _UNRESOLVED if isinstance(config.cost, CostModel) else config.cost
@@ -282,6 +288,8 @@ class Session:
         self.active = True
         self.fsdp.install()
         plaindata.install()  # NOTE [ Plain .data assignment ] rule 2
+        collector.session_started()  # NOTE [ Garbage collector ] (collector.py): last, so
+        self._collecting = True  # an entry that raised has nothing to restore
         return self
 
     @opaque
@@ -293,7 +301,12 @@ class Session:
             try:
                 self.fsdp.close(freeze=exc[0] is None)  # NOTE [ FSDP2 ] rule 6
             finally:
-                self._close()
+                try:
+                    self._close()
+                finally:
+                    if self._collecting:  # NOTE [ Garbage collector ] rule 1
+                        self._collecting = False
+                        collector.session_ended()
         if exc[0] is None:  # after every cleanup: a warnings filter may make it an error
             self._warn_if_never_bound()
         return False
@@ -867,11 +880,13 @@ class Session:
         boundary.check_invariants(self)
 
     def watch_leaf(self, p: torch.Tensor) -> None:
-        """NOTE [ What is tracked ] rule 4: hook leaf ``p``'s gradient accumulation."""
+        """NOTE [ What is tracked ] rules 4 and 8: hook leaf ``p``'s gradient accumulation;
+        the entry goes when ``p`` dies."""
         if self.watches(p):
             return
-        hook = p.register_post_accumulate_grad_hook(self._on_grad)
-        self._hooks[id(p)] = _LeafHook(weakref.ref(p), hook)
+        key = id(p)
+        ref = weakref.ref(p, _unhook(self._hooks, key))
+        self._hooks[key] = _LeafHook(ref, p.register_post_accumulate_grad_hook(self._on_grad))
         self.reads.leaf(p, self.fsdp.keys)
         self.leafgrads.numels.add(p.numel())  # NOTE [ Leaf gradients ] rule 4
 
@@ -887,6 +902,18 @@ class Session:
             # Another shape: ``p.data`` took another shape under a live graph; autograd set
             # the graph's shape, which the Python setter refuses: the wrapper stays.
             p.grad = g._cell.session.value(g, escape=True)
+
+
+def _unhook(hooks: dict, key: int):
+    """NOTE [ What is tracked ] rule 8: the weak-reference callback that drops a dead leaf's
+    entry; it holds the dict, not the session (the dict is cleared at exit)."""
+
+    def gone(ref) -> None:  # a dict update: safe inside the collector
+        h = hooks.get(key)
+        if h is not None and h.leaf is ref:
+            del hooks[key]
+
+    return gone
 
 
 def _is_leaf(t: torch.Tensor) -> bool:

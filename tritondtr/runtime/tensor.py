@@ -36,9 +36,25 @@
 # 6. The limit is far above the view depth of ordinary model code (a reshape of a transpose
 #    of a slice is 3), which keeps eager's autograd graph node for node. Timings:
 #    docs/benchmarks.md, "What does a view at the end of a chain of views cost?".
+
+# NOTE [ Copies and pickles ]
+# 1. ``copy.deepcopy`` of a wrapper is its ``clone()`` (with ``requires_grad``, ``.grad`` and
+#    the instance ``__dict__`` copied as eager does): inside a session a tracked tensor that
+#    reads the original, after exit a plain one. PyTorch's own ``__deepcopy__`` clones a
+#    wrapper subclass only when ``data_ptr()`` is 0; a wrapper's ``data_ptr()`` hands its
+#    buffer out (NOTE [ Escaping tensors ] in session.py), so PyTorch took its storage path,
+#    whose ``set_`` the runtime refuses. Lightning deep-copies its logged metrics for
+#    ``ModelCheckpoint`` inside every validation. Like eager, only leaves are copied; unlike
+#    eager, two views of one buffer become two buffers (as for any wrapper subclass).
+# 2. Pickling (``torch.save``, ``pickle``, ``multiprocessing``) writes the plain tensor of its
+#    value, recomputed if evicted, without handing the buffer out: a loaded tensor is plain,
+#    as no session exists to own it. Before, the wrapper's slots (a weak reference) made
+#    every pickle raise ``TypeError``; Lightning saves its logged metrics in checkpoints.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -163,6 +179,39 @@ class DTRTensor(torch.Tensor):
 
     def untyped_storage(self):
         return self._cell.session.value(self, escape=True).untyped_storage()
+
+    def __deepcopy__(self, memo):
+        """NOTE [ Copies and pickles ] rule 1: ``clone()``, as PyTorch deep-copies a wrapper
+        subclass without storage (its storage path would ``set_`` a wrapper, refused)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:  # eager's rule and message (torch.Tensor.__deepcopy__)
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                "deepcopy protocol at the moment."
+            )
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_()
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        if self.__dict__:
+            new.__dict__ = copy.deepcopy(self.__dict__, memo)
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, protocol):
+        """NOTE [ Copies and pickles ] rule 2: pickled (``torch.save``, ``pickle``) as the
+        plain tensor of its value."""
+        plain = self._cell.session.value(self, escape=False)
+        with _disable_current_modes():
+            plain = plain.detach()  # a tensor of its own: the buffer's object is the runtime's
+            if self.requires_grad:
+                plain.requires_grad_()
+            if self.__dict__:
+                plain.__dict__.update(self.__dict__)
+            return plain.__reduce_ex__(protocol)
 
 
 class DeepView(DTRTensor):
