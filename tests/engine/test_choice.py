@@ -43,7 +43,7 @@ def test_stale_choice_serves_unchanged_candidates_across_ticks_and_mutations():
     served = [eng.choose(12), eng.choose(13)]
     assert served == scored[3:5]  # the next unchanged candidates, in the scoring's order
     assert eng.selections == selections  # no scoring: a stale choice, not an exact one
-    assert eng.choice.cached(15) is MISS  # 5 ticks after the scoring: too old
+    assert eng.choice.cached(eng, 15) is MISS  # 5 ticks after the scoring: too old
     assert eng.choose(15) == eng.select(15, 1)[0]
 
 

@@ -8,7 +8,8 @@ choices as it can from its last scoring of every slot.
 
 :meth:`Engine.choose <tritondtr.engine.Engine.choose>` asks :meth:`~VictimChoice.cached` first
 and counts a hit unless it answers :data:`MISS`; then it counts a scoring and asks
-:meth:`~VictimChoice.fresh`. A strategy reads its engine's state and writes only its own.
+:meth:`~VictimChoice.fresh`. Both are given the engine: a strategy reads its state, writes only
+its own, and keeps no reference to it (a closed session's engine goes by reference counting).
 
 # NOTE [ Exact batched choice ]
 # ``choose(now)`` returns exactly what a full re-scoring (``select(now, 1)``) would return, yet
@@ -93,11 +94,11 @@ class Engine(Protocol):
 class VictimChoice(Protocol):
     """How :meth:`Engine.choose` finds the next victim."""
 
-    def cached(self, now: int) -> int | _Miss | None:
+    def cached(self, engine: Engine, now: int) -> int | _Miss | None:
         """The victim from the last scoring (None: no candidate is left), or :data:`MISS`."""
         ...
 
-    def fresh(self, now: int) -> int | None:
+    def fresh(self, engine: Engine, now: int) -> int | None:
         """Score every slot at ``now``, keep what serves later choices, return the victim."""
         ...
 
@@ -118,15 +119,13 @@ class BatchedChoice:
     """NOTE [ Exact batched choice ]: the top ``engine.batch`` of one scoring serve the
     choices of one eviction loop (same clock, nothing but evictions in between)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self) -> None:
         self.last: Scoring | None = None
 
-    def cached(self, now: int) -> int | _Miss | None:
-        c = self.last
-        if c is None or c.epoch != self.engine.epoch or c.now != now:
+    def cached(self, engine: Engine, now: int) -> int | _Miss | None:
+        c, e = self.last, engine
+        if c is None or c.epoch != e.epoch or c.now != now:
             return MISS  # rule 4
-        e = self.engine
         ids, snap, pos = c.ids, c.nbhd_cost, c.pos
         st, locks, pinned, nb = e.residency, e.locks, e.pinned, e.nbhd
         while pos < len(ids):
@@ -143,8 +142,8 @@ class BatchedChoice:
             return None
         return MISS
 
-    def fresh(self, now: int) -> int | None:
-        e = self.engine
+    def fresh(self, engine: Engine, now: int) -> int | None:
+        e = engine
         e.nbhd.flush()
         ids = e.table.select(e.heuristic, now, e.batch, backend=e.backend, seed=e.seed).tolist()
         host = e.table
@@ -158,13 +157,12 @@ class StaleChoice(BatchedChoice):
     """NOTE [ Stale batched choice ]: as :class:`BatchedChoice`, and across mutations and up
     to ``engine.reuse`` clock ticks, a cached slot whose inputs to its score are unchanged."""
 
-    def cached(self, now: int) -> int | _Miss | None:
-        c = self.last
-        if c is None or (c.epoch == self.engine.epoch and c.now == now):
-            return super().cached(now)
-        if not 0 <= now - c.now <= self.engine.reuse:
+    def cached(self, engine: Engine, now: int) -> int | _Miss | None:
+        c, e = self.last, engine
+        if c is None or (c.epoch == e.epoch and c.now == now):
+            return super().cached(e, now)
+        if not 0 <= now - c.now <= e.reuse:
             return MISS
-        e = self.engine
         ids, snap, last, pos = c.ids, c.nbhd_cost, c.last_access, c.pos
         st, locks, pinned, nb = e.residency, e.locks, e.pinned, e.nbhd
         host_last = e.table.host_last_access
@@ -185,21 +183,20 @@ class BoundedStrategy:
     """NOTE [ Bounded choice ]: a full scoring's list, and lower bounds of every other score
     as the clock advances (``bounded``, its :class:`~.bounded.BoundedChoice`)."""
 
-    def __init__(self, engine: Engine, bounded: BoundedChoice) -> None:
-        self.engine = engine
+    def __init__(self, bounded: BoundedChoice) -> None:
         self.bounded = bounded
 
-    def cached(self, now: int) -> int | _Miss | None:
+    def cached(self, engine: Engine, now: int) -> int | _Miss | None:
         if type(now) is not int:  # the paper's replay runs a float clock; scores see int
             now = policy.check_now(now)
-        self.engine.nbhd.flush()
+        engine.nbhd.flush()
         v = self.bounded.choose(now)
         return MISS if v is None else v
 
-    def fresh(self, now: int) -> int | None:
+    def fresh(self, engine: Engine, now: int) -> int | None:
         if type(now) is not int:
             now = policy.check_now(now)
-        e, b = self.engine, self.bounded
+        e, b = engine, self.bounded
         if e.backend is policy.Backend.TORCH:  # the twin's scores, in numpy: cheaper
             return b.start(now, b.scores(now))
         return b.start(now, e.table.score(e.heuristic, now, backend=e.backend).numpy())

@@ -96,11 +96,11 @@ class Engine:
         self._changed = self._bounded.changed if self._bounded is not None else _ignore
         self.nbhd.lowered = self._bounded.dirty if self._bounded is not None else None
         self.choice: VictimChoice = (
-            BoundedStrategy(self, self._bounded)
+            BoundedStrategy(self._bounded)
             if self._bounded is not None
-            else StaleChoice(self)
+            else StaleChoice()
             if reuse
-            else BatchedChoice(self)
+            else BatchedChoice()
         )
         self.locks: list[int] = [0] * self.table.capacity
         self.pinned = bytearray(self.table.capacity)
@@ -305,12 +305,12 @@ class Engine:
         """The next victim, exactly as a fresh ``select(now, 1)`` would give it (except under
         ``reuse > 0``); ``None`` if nothing is evictable. Usually served from the last
         scoring, by the strategy of :mod:`tritondtr.engine.choice` the engine was made with."""
-        v = self.choice.cached(now)
+        v = self.choice.cached(self, now)
         if v is not MISS:
             self.cache_hits += 1
             return v
         self.selections += 1
-        return self.choice.fresh(now)
+        return self.choice.fresh(self, now)
 
     # ---------------------------------------------------------------- internals
     def _live(self, slot: int, what: str) -> None:

@@ -68,7 +68,7 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
         s = cell.storage
         if s.recipe is None:
             return derive(s.buf, t._view)
-        with session.in_flight:
+        with session.in_flight():
             observer = session.observer
             if s.buf is None:
                 if observer is not None:
@@ -234,7 +234,7 @@ def freeze(session) -> bool:
         session.drain()
         if session.observer is not None:
             session.observer.froze()
-        with session.in_flight:
+        with session.in_flight():
             core.freeze()
     return True
 

@@ -157,7 +157,7 @@ class FSDPWatch:
             with _disable_current_modes():
                 if session.depth == 0:
                     session.drain()
-                with session.in_flight:
+                with session.in_flight():
                     kept = self._keep(group, storages)
             if kept is not None:
                 self.kept[id(group)] = kept

@@ -155,7 +155,7 @@ class _LeafHook(NamedTuple):
 
 
 class _InFlight:
-    """``with session.in_flight:`` the runtime's own work between ops (a recomputation for a
+    """``with session.in_flight():`` the runtime's own work between ops (a recomputation for a
     value, a freeze, an FSDP2 keep) counts as an op in flight: the session's queues are not
     drained inside it. Reentrant; the session's ``depth`` is its only state."""
 
@@ -243,7 +243,6 @@ class Session:
         self.absorbed: list[Storage] = []  # versions the op in flight fused (NOTE [ Fused
         # versions ] in core/core.py): their ``sid`` becomes -1 when the op ends
         self.depth = 0  # > 0 while an op is in flight (then the queues are not drained)
-        self.in_flight = _InFlight(self)  # ``with session.in_flight:`` the runtime's own work
         self.frozen_at = -1  # clock of the last ``freeze``
         self._mode: _Mode | None = None  # while active (NOTE [ Session lifetime ])
         self._hooks: dict[int, _LeafHook] = {}  # id(leaf) -> NOTE [ What is tracked ] rule 4
@@ -878,6 +877,12 @@ class Session:
     def check_invariants(self) -> None:
         """Raise AssertionError if the session disagrees with its core (debug mode)."""
         boundary.check_invariants(self)
+
+    def in_flight(self) -> _InFlight:
+        """``with session.in_flight():`` the runtime's own work between ops counts as an op
+        in flight (made per use: an attribute would be a reference cycle, and a closed
+        session must go by reference counting, NOTE [ Session lifetime ])."""
+        return _InFlight(self)
 
     def watch_leaf(self, p: torch.Tensor) -> None:
         """NOTE [ What is tracked ] rules 4 and 8: hook leaf ``p``'s gradient accumulation;
