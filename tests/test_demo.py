@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tritondtr.cli import main
+from tritondtr.demo.cli import add_arguments
+from tritondtr.demo.regimes import REGIMES, Regime
 from tritondtr.demo.runs import run_demo
 from tritondtr.demo.tinygpt import GPTConfig, TinyGPT, batches
 from tritondtr.sim import load_trace, runtime_peak
@@ -101,16 +103,73 @@ def test_cli_writes_table_and_files(tmp_path, capsys):
     with open(tmp_path / "demo.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["eager", "unlimited", "60.0%", "checkpoint"]
+    assert {r["regime"] for r in rows} == {"large"}  # the default regime
     assert rows[2]["grads_equal"] == "True" and rows[2]["twin_status"] == "ok"
     assert load_trace(tmp_path / "trace.npz").num_ops > 0
     pytest.importorskip("matplotlib")
     assert (tmp_path / "demo.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("bad", [["--steps", "0"], ["--ratios", "1.5"], ["--ratios", "x"]])
-def test_cli_rejects_bad_arguments(bad, tmp_path):
+TINY_ARGS = ["--steps", "1", "--batch", "2", "--ratios", "0.6", "--refine", "0"]
+TINY_ARGS += ["--layers", "1", "--width", "32", "--heads", "2", "--block", "16", "--vocab", "64"]
+
+
+@pytest.mark.parametrize(
+    "regime, expected",
+    [("large", [Regime.LARGE]), ("small", [Regime.SMALL]), ("both", [Regime.LARGE, Regime.SMALL])],
+    ids=["large", "small", "both"],
+)
+def test_cli_regime_labels_tables_rows_and_files(regime, expected, tmp_path, capsys):
+    """NOTE [ The demo ] rule 4: each regime run has its label above its table and in its
+    numbers line, its rows in demo.csv under its name; the first regime's trace and memory
+    picture keep their names, a second's carry its name. The size options apply to both."""
+    argv = ["demo", "--regime", regime, *TINY_ARGS, "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    labels = [REGIMES[r].label for r in expected]
+    others = [s.label for r, s in REGIMES.items() if r not in expected]
+    # In order: a label above its table, its numbers line after it.
+    starts = [out.index(f"{label}\ntritondtr demo: 1-layer GPT of width 32") for label in labels]
+    assert starts == sorted(starts)
+    assert all(f"{label}: " in out and "ops per step" in out for label in labels)
+    assert not any(label in out for label in others)
+    with open(tmp_path / "demo.csv") as f:
+        rows = list(csv.DictReader(f))
+    runs = ["eager", "unlimited", "60.0%", "checkpoint"]
+    assert [(r["regime"], r["run"]) for r in rows] == [
+        (e.value, run) for e in expected for run in runs
+    ]
+    assert all(r["grads_equal"] == "True" for r in rows if r["run"] != "eager")
+    suffixes = ["", *(f"-{e.value}" for e in expected[1:])]
+    for suffix in suffixes:
+        assert load_trace(tmp_path / f"trace{suffix}.npz").num_ops > 0
+        assert (tmp_path / f"memory{suffix}.csv").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.glob("trace*.npz")) == sorted(
+        f"trace{s}.npz" for s in suffixes
+    )
+
+
+def test_cli_regime_default_is_large():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([])
+    assert args.regime == (Regime.LARGE,)
+    assert (args.width, args.steps, args.batch) == (None, None, None)  # the regime's
+    assert parser.parse_args(["--regime", "both"]).regime == (Regime.LARGE, Regime.SMALL)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--steps", "0"], ["--ratios", "1.5"], ["--ratios", "x"], ["--regime", "medium"]],
+    ids=["steps0", "ratios1.5", "ratiosx", "regime-medium"],
+)
+def test_cli_rejects_bad_arguments(bad, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["demo", *bad, "--out", str(tmp_path)])
+    if bad[0] == "--regime":
+        assert "expected large, small or both, got 'medium'" in capsys.readouterr().err
 
 
 def test_tinygpt_is_initialised_as_gpt2():
