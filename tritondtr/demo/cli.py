@@ -13,10 +13,12 @@ trace.npz (the unlimited run's last step, for tritondtr simulate) and memory.png
 memory.csv (the first step's tracked memory op by op at the lowest budget that worked, beside
 the unlimited run: tritondtr.plot_memory; --timeline) to --out.
 
-Two regimes (--regime): "large" (the default), a model whose ops take milliseconds, as a
-GPU user's do, so tritondtr's per-op price is small beside them; "small", the 8-layer model
-of width 128 whose ops take microseconds, where that price shows (on a CPU it is most of what
-the unlimited run adds). "both" runs large, then small: one table each, one line each in
+Two regimes (--regime): "large" (the default), a model whose step time is in ops of
+milliseconds, as a GPU user's is, so tritondtr's per-op price is small beside them; "small",
+the 8-layer model of width 128 whose ops take tens to hundreds of microseconds, where that
+price shows (on a CPU it is most of what the unlimited run adds). Each table is named by its
+regime and followed by a line measuring it: tracked ops per step, eager step time per op,
+and the time tracking added per op. "both" runs large, then small: one table each, one line each in
 demo.png, a regime column in demo.csv, and the small regime's trace and memory picture as
 trace-small.npz, memory-small.png and memory-small.csv.
 

@@ -39,8 +39,8 @@
 #    so no policy that does not re-run the backward from the loss trains it below that
 #    (docs/history/simulator-log.md, "Tight budgets on TinyGPT"); 8 blocks double the peak
 #    and keep that working set, so the small regime shows the policy down to ~5 %. The
-#    output names the regime above its table and measures it in the run: ops per step,
-#    eager time per op, and what tracking (the unlimited run) added per op. ``both`` runs
+#    output names the regime above its table and measures it in the run: tracked ops per
+#    step, eager step time per op, and what tracking (the unlimited run) added per op. ``both`` runs
 #    large, then small, one table each; demo.csv has a ``regime`` column, demo.png a line
 #    per regime; the first regime's trace and memory picture keep their names, the
 #    second's carry ``-small``. The op times: docs/benchmarks.md, "How low does the demo
