@@ -2,6 +2,7 @@
 its files say what the runs did, and every budgeted run's gradients equal the reference."""
 
 import csv
+import dataclasses
 import math
 
 import pytest
@@ -121,17 +122,21 @@ TINY_ARGS += ["--layers", "1", "--width", "32", "--heads", "2", "--block", "16",
 )
 def test_cli_regime_labels_tables_rows_and_files(regime, expected, tmp_path, capsys):
     """NOTE [ The demo ] rule 4: each regime run has its label above its table and in its
-    numbers line, its rows in demo.csv under its name; the first regime's trace and memory
-    picture keep their names, a second's carry its name. The size options apply to both."""
+    numbers line (saying its sizes came from the options, which apply to every regime), its
+    rows in demo.csv under its name; the first regime's trace and memory picture keep their
+    names, a second's carry its name."""
     argv = ["demo", "--regime", regime, *TINY_ARGS, "--device", "cpu", "--out", str(tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    labels = [REGIMES[r].label for r in expected]
+    labels = [f"{REGIMES[r].label} (sizes from the options)" for r in expected]
     others = [s.label for r, s in REGIMES.items() if r not in expected]
-    # In order: a label above its table, its numbers line after it.
-    starts = [out.index(f"{label}\ntritondtr demo: 1-layer GPT of width 32") for label in labels]
+    # In order: a label above its table, its numbers line after it (and again at the end).
+    starts = [out.index(f"{label}") for label in labels]
     assert starts == sorted(starts)
-    assert all(f"{label}: " in out and "ops per step" in out for label in labels)
+    assert out.count("tritondtr demo: 1-layer GPT of width 32") == len(labels)
+    lines = [ln for ln in out.splitlines() if "tracked ops per step" in ln]
+    assert len(lines) == (len(labels) if len(labels) == 1 else 2 * len(labels))
+    assert all(any(ln.startswith(label) for ln in lines) for label in labels)
     assert not any(label in out for label in others)
     with open(tmp_path / "demo.csv") as f:
         rows = list(csv.DictReader(f))
@@ -147,6 +152,18 @@ def test_cli_regime_labels_tables_rows_and_files(regime, expected, tmp_path, cap
     assert sorted(p.name for p in tmp_path.glob("trace*.npz")) == sorted(
         f"trace{s}.npz" for s in suffixes
     )
+
+
+def test_cli_regime_at_its_own_sizes_prints_its_bare_label(tmp_path, capsys, monkeypatch):
+    """A regime run at its own sizes is named by its label alone, above its table and in its
+    numbers line (the small regime made tiny here, so that the test takes seconds)."""
+    tiny = dataclasses.replace(REGIMES[Regime.SMALL], config=TINY, batch=2, steps=1)
+    monkeypatch.setitem(REGIMES, Regime.SMALL, tiny)
+    argv = ["demo", "--regime", "small", "--ratios", "0.6", "--refine", "0", "--timeline"]
+    assert main([*argv, "none", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tiny.label}\ntritondtr demo: 2-layer GPT of width 32")
+    assert f"\n{tiny.label}: " in out and "sizes from the options" not in out
 
 
 def test_cli_regime_default_is_large():

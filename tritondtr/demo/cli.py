@@ -34,6 +34,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
@@ -198,31 +199,31 @@ def run(args: argparse.Namespace) -> int:
     for i, regime in enumerate(args.regime):
         spec = REGIMES[regime]
         suffix = "" if i == 0 else f"-{regime.value}"  # the first regime's files keep the names
-        results.append((spec, _run_regime(args, spec, device, suffix)))
+        results.append(_run_regime(args, spec, device, suffix))
     csv_path, png = write_outputs(results, args.out, device)
     print(f"wrote {csv_path} and " + (f"{png}" if png else "no plot (no matplotlib)"))
     if len(results) > 1:
         for spec, rows in results:
-            print(f"{spec.label}: {describe_ops(rows, _steps(args, spec))}")
+            print(f"{spec.label}: {describe_ops(rows, spec.steps)}")
     ok = all(r.grads_equal is not False for _, rows in results for r in rows)
     return 0 if ok else 1
 
 
-def _steps(args: argparse.Namespace, spec: RegimeSpec) -> int:
-    return args.steps or spec.steps
-
-
 def _run_regime(
     args: argparse.Namespace, spec: RegimeSpec, device: str, suffix: str
-) -> list[DemoRow]:
+) -> tuple[RegimeSpec, list[DemoRow]]:
     """One regime's runs, table and lines (NOTE [ The demo ] rule 4), its trace and its memory
-    picture (rule 5), named with ``suffix``."""
+    picture (rule 5), named with ``suffix``; the regime as run (sizes from the options, and a
+    label that says so) and its rows."""
     sizes = {
         f: getattr(spec.config, f) if getattr(args, f) is None else getattr(args, f)
         for f in ("vocab", "block", "width", "layers", "heads", "dropout")
     }
     config = GPTConfig(**sizes)
-    steps, batch = _steps(args, spec), args.batch or spec.batch
+    steps, batch = args.steps or spec.steps, args.batch or spec.batch
+    if (config, steps, batch) != (spec.config, spec.steps, spec.batch):
+        label = f"{spec.label} (sizes from the options)"  # its ops: the line under its table
+        spec = dataclasses.replace(spec, label=label, config=config, steps=steps, batch=batch)
     kw = {} if args.ratios is None else {"ratios": args.ratios}
     n = sum(p.numel() for p in TinyGPT(config).parameters())
     print(
@@ -259,7 +260,7 @@ def _run_regime(
     print(f"wrote {trace_path} (replay it: tritondtr simulate {trace_path} --semantics runtime)")
     if args.timeline != "none":
         _memory_picture(args, config, rows, device, batch, suffix)
-    return rows
+    return spec, rows
 
 
 def _memory_picture(
