@@ -43,9 +43,10 @@
 #    step, eager step time per op, and what tracking (the unlimited run) added per op. ``both`` runs
 #    large, then small, one table each; demo.csv has a ``regime`` column, demo.png a line
 #    per regime; the first regime's trace and memory picture keep their names, the
-#    second's carry ``-small``. The op times: docs/benchmarks.md, "How low does the demo
-#    train?". ``--layers`` and the other size options apply to every regime run, and its
-#    label then says "(sizes from the options)": the name no longer measures its ops.
+#    second's carry ``-small``. The op times: docs/benchmarks.md, "How long do the demo's
+#    ops take?"; the runs: "How low does the demo train?". ``--layers`` and the other size
+#    options apply to every regime run, and its label then says "(sizes from the options)":
+#    the name no longer measures its ops.
 # 5. The memory picture (``--timeline``; NOTE [ Memory timeline ] in runtime/timeline.py):
 #    after the runs, the first step runs twice more, untimed: under ``budget=None`` and
 #    under the budget drawn (the lowest that worked, by default), both with
