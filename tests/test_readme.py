@@ -61,7 +61,7 @@ def test_readme_parser_splits_chains_and_skips_installs():
     assert argv_of(cmds[1]) == ([sys.executable, "-m", "tritondtr", "demo", "--out", "x"], "")
 
 
-@pytest.mark.slow  # ~25 s: the demo at its defaults (tests/app/test_demo.py runs it small)
+@pytest.mark.slow  # ~80 s: the demo at its defaults (tests/app/test_demo.py runs it small)
 def test_every_readme_command_runs_in_an_empty_folder(tmp_path):
     commands = readme_commands((ROOT / "README.md").read_text())
     assert not [c for c in commands if "../shared" in c], "README commands need ../shared"

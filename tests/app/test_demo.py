@@ -2,6 +2,7 @@
 its files say what the runs did, and every budgeted run's gradients equal the reference."""
 
 import csv
+import dataclasses
 import math
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tritondtr.cli import main
+from tritondtr.demo.cli import add_arguments
+from tritondtr.demo.regimes import REGIMES, Regime
 from tritondtr.demo.runs import run_demo
 from tritondtr.demo.tinygpt import GPTConfig, TinyGPT, batches
 from tritondtr.sim import load_trace, runtime_peak
@@ -101,16 +104,89 @@ def test_cli_writes_table_and_files(tmp_path, capsys):
     with open(tmp_path / "demo.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["eager", "unlimited", "60.0%", "checkpoint"]
+    assert {r["regime"] for r in rows} == {"large"}  # the default regime
     assert rows[2]["grads_equal"] == "True" and rows[2]["twin_status"] == "ok"
     assert load_trace(tmp_path / "trace.npz").num_ops > 0
     pytest.importorskip("matplotlib")
     assert (tmp_path / "demo.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("bad", [["--steps", "0"], ["--ratios", "1.5"], ["--ratios", "x"]])
-def test_cli_rejects_bad_arguments(bad, tmp_path):
+TINY_ARGS = ["--steps", "1", "--batch", "2", "--ratios", "0.6", "--refine", "0"]
+TINY_ARGS += ["--layers", "1", "--width", "32", "--heads", "2", "--block", "16", "--vocab", "64"]
+
+
+@pytest.mark.parametrize(
+    "regime, expected",
+    [("large", [Regime.LARGE]), ("small", [Regime.SMALL]), ("both", [Regime.LARGE, Regime.SMALL])],
+    ids=["large", "small", "both"],
+)
+def test_cli_regime_labels_tables_rows_and_files(regime, expected, tmp_path, capsys):
+    """NOTE [ The demo ] rule 4: each regime run has its label above its table and in its
+    numbers line (saying its sizes came from the options, which apply to every regime), its
+    rows in demo.csv under its name; the first regime's trace and memory picture keep their
+    names, a second's carry its name."""
+    argv = ["demo", "--regime", regime, *TINY_ARGS, "--device", "cpu", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    labels = [f"{REGIMES[r].label} (sizes from the options)" for r in expected]
+    others = [s.label for r, s in REGIMES.items() if r not in expected]
+    # In order: a label above its table, its numbers line after it (and again at the end).
+    starts = [out.index(f"{label}") for label in labels]
+    assert starts == sorted(starts)
+    assert out.count("tritondtr demo: 1-layer GPT of width 32") == len(labels)
+    lines = [ln for ln in out.splitlines() if "tracked ops per step" in ln]
+    assert len(lines) == (len(labels) if len(labels) == 1 else 2 * len(labels))
+    assert all(any(ln.startswith(label) for ln in lines) for label in labels)
+    assert not any(label in out for label in others)
+    with open(tmp_path / "demo.csv") as f:
+        rows = list(csv.DictReader(f))
+    runs = ["eager", "unlimited", "60.0%", "checkpoint"]
+    assert [(r["regime"], r["run"]) for r in rows] == [
+        (e.value, run) for e in expected for run in runs
+    ]
+    assert all(r["grads_equal"] == "True" for r in rows if r["run"] != "eager")
+    suffixes = ["", *(f"-{e.value}" for e in expected[1:])]
+    for suffix in suffixes:
+        assert load_trace(tmp_path / f"trace{suffix}.npz").num_ops > 0
+        assert (tmp_path / f"memory{suffix}.csv").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.glob("trace*.npz")) == sorted(
+        f"trace{s}.npz" for s in suffixes
+    )
+
+
+def test_cli_regime_at_its_own_sizes_prints_its_bare_label(tmp_path, capsys, monkeypatch):
+    """A regime run at its own sizes is named by its label alone, above its table and in its
+    numbers line (the small regime made tiny here, so that the test takes seconds)."""
+    tiny = dataclasses.replace(REGIMES[Regime.SMALL], config=TINY, batch=2, steps=1)
+    monkeypatch.setitem(REGIMES, Regime.SMALL, tiny)
+    argv = ["demo", "--regime", "small", "--ratios", "0.6", "--refine", "0", "--timeline"]
+    assert main([*argv, "none", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tiny.label}\ntritondtr demo: 2-layer GPT of width 32")
+    assert f"\n{tiny.label}: " in out and "sizes from the options" not in out
+
+
+def test_cli_regime_default_is_large():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([])
+    assert args.regime == (Regime.LARGE,)
+    assert (args.width, args.steps, args.batch) == (None, None, None)  # the regime's
+    assert parser.parse_args(["--regime", "both"]).regime == (Regime.LARGE, Regime.SMALL)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--steps", "0"], ["--ratios", "1.5"], ["--ratios", "x"], ["--regime", "medium"]],
+    ids=["steps0", "ratios1.5", "ratiosx", "regime-medium"],
+)
+def test_cli_rejects_bad_arguments(bad, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["demo", *bad, "--out", str(tmp_path)])
+    if bad[0] == "--regime":
+        assert "expected large, small or both, got 'medium'" in capsys.readouterr().err
 
 
 def test_tinygpt_is_initialised_as_gpt2():

@@ -316,17 +316,18 @@ def test_runtime_and_twin_list_the_same_evicted_inputs_on_every_argument_shape(s
 
 
 def test_the_demo_model_trains_at_eight_percent_of_its_peak_on_the_twin():
-    """NOTE [ The demo ] rule 4: the demo's model (8 blocks) at 8 % of its unlimited peak, one
-    training step recorded with the analytic cost (the same on every machine) and replayed by
-    the twin: it finishes, with a recomputation overhead of a few steps, not a thrash. The
-    4-block model's floor (one op's working set) is 8.8 % of its peak."""
-    from tritondtr.demo.runs import DEMO_CONFIG
+    """NOTE [ The demo ] rule 4: the demo's small-op model (8 blocks) at 8 % of its unlimited
+    peak, one training step recorded with the analytic cost (the same on every machine) and
+    replayed by the twin: it finishes, with a recomputation overhead of a few steps, not a
+    thrash. The 4-block model's floor (one op's working set) is 8.8 % of its peak."""
+    from tritondtr.demo.regimes import REGIMES, Regime
     from tritondtr.demo.tinygpt import TinyGPT, batches
     from tritondtr.sim import runtime_peak
 
+    config = REGIMES[Regime.SMALL].config
     torch.manual_seed(0)
-    model = TinyGPT(DEMO_CONFIG)
-    ((x, y),) = batches(DEMO_CONFIG, 1, 8, 0, "cpu")
+    model = TinyGPT(config)
+    ((x, y),) = batches(config, 1, 8, 0, "cpu")
     with tritondtr.trace(None, cost="analytic") as rec:
         logits = model(x)
         torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()).backward()

@@ -13,8 +13,18 @@ trace.npz (the unlimited run's last step, for tritondtr simulate) and memory.png
 memory.csv (the first step's tracked memory op by op at the lowest budget that worked, beside
 the unlimited run: tritondtr.plot_memory; --timeline) to --out.
 
+Two regimes (--regime): "large" (the default), a model whose step time is in ops of
+milliseconds, as a GPU user's is, so tritondtr's per-op price is small beside them; "small",
+the 8-layer model of width 128 whose ops take tens to hundreds of microseconds, where that
+price shows (on a CPU it is most of what the unlimited run adds). Each table is named by its
+regime and followed by a line measuring it: tracked ops per step, eager step time per op,
+and the time tracking added per op. "both" runs large, then small: one table each, one line each in
+demo.png, a regime column in demo.csv, and the small regime's trace and memory picture as
+trace-small.npz, memory-small.png and memory-small.csv.
+
 examples:
-  tritondtr demo                              # about 20 s on a 2-core CPU
+  tritondtr demo                              # about a minute on a 2-core CPU
+  tritondtr demo --regime both                # and the small-op model: about two minutes
   tritondtr demo --steps 5 --ratios 0.5,0.3 --out out/demo
   tritondtr demo --timeline 0.5               # the memory picture at 50 % of the peak
   tritondtr simulate out/demo/trace.npz --semantics runtime --heuristics dtr_eq,lru
@@ -24,14 +34,16 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 
 from ..units import format_bytes
-from .report import format_table, write_outputs
-from .runs import DEMO_CONFIG, HEURISTIC, DemoRow, lowest_working, memory_runs, run_demo
+from .regimes import REGIMES, Regime, RegimeSpec
+from .report import describe_ops, format_table, write_outputs
+from .runs import HEURISTIC, DemoRow, lowest_working, memory_runs, run_demo
 from .tinygpt import GPTConfig, TinyGPT
 
 __all__ = ["add_arguments", "run"]
@@ -45,6 +57,16 @@ def _ratios(text: str) -> tuple[float, ...]:
     if not rs or not all(0 < r <= 1 for r in rs):
         raise argparse.ArgumentTypeError(f"ratios must be in (0, 1], got {text!r}")
     return rs
+
+
+def _regimes(text: str) -> tuple[Regime, ...]:
+    """``--regime``: ``large``, ``small`` or ``both`` (large, then small)."""
+    if text == "both":
+        return (Regime.LARGE, Regime.SMALL)
+    try:
+        return (Regime(text),)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected large, small or both, got {text!r}") from None
 
 
 def _picture(text: str) -> str | float:
@@ -64,8 +86,25 @@ def _picture(text: str) -> str | float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``tritondtr demo``."""
-    d = DEMO_CONFIG
-    parser.add_argument("--steps", type=int, default=4, help="training steps per run (default: 4)")
+    large, small = REGIMES[Regime.LARGE], REGIMES[Regime.SMALL]
+
+    def regime_default(get) -> str:
+        return f"(default: the regime's: large {get(large)}, small {get(small)})"
+
+    parser.add_argument(
+        "--regime",
+        type=_regimes,
+        default=(Regime.LARGE,),
+        metavar="large|small|both",
+        help=f"large: {large.label}; small: {small.label}; both: large, then small "
+        "(default: large)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps per run " + regime_default(lambda r: r.steps),
+    )
     parser.add_argument(
         "--refine",
         type=int,
@@ -73,7 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="bisection steps between the lowest budget that worked and the "
         "first that failed (default: 2)",
     )
-    parser.add_argument("--batch", type=int, default=8, help="sequences per batch (default: 8)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="sequences per batch " + regime_default(lambda r: r.batch),
+    )
     parser.add_argument(
         "--ratios",
         type=_ratios,
@@ -92,14 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             f"--{name}",
             type=int,
-            default=getattr(d, name),
-            help=f"{help_text} (default: {getattr(d, name)})",
+            default=None,
+            help=f"{help_text} " + regime_default(lambda r, n=name: getattr(r.config, n)),
         )
     parser.add_argument(
         "--dropout",
         type=float,
-        default=d.dropout,
-        help=f"dropout probability (default: {d.dropout})",
+        default=None,
+        help="dropout probability " + regime_default(lambda r: r.config.dropout),
     )
     parser.add_argument(
         "--device",
@@ -119,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         metavar="S",
-        help="start no new budget after S seconds (default: 60)",
+        help="start no new budget after S seconds of a regime's runs (default: 60)",
     )
     parser.add_argument(
         "--timeline",
@@ -134,7 +178,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=Path("out/demo"),
-        help="folder for demo.csv, demo.png, trace.npz, memory.png and memory.csv "
+        help="folder for demo.csv, demo.png, trace.npz, memory.png and memory.csv, and with "
+        "--regime both trace-small.npz, memory-small.png and memory-small.csv "
         "(default: out/demo)",
     )
 
@@ -145,31 +190,52 @@ def run(args: argparse.Namespace) -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     for name in ("steps", "batch"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SystemExit(f"tritondtr demo: --{name} must be >= 1")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    config = GPTConfig(
-        vocab=args.vocab,
-        block=args.block,
-        width=args.width,
-        layers=args.layers,
-        heads=args.heads,
-        dropout=args.dropout,
-    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, regime in enumerate(args.regime):
+        spec = REGIMES[regime]
+        suffix = "" if i == 0 else f"-{regime.value}"  # the first regime's files keep the names
+        results.append(_run_regime(args, spec, device, suffix))
+    csv_path, png = write_outputs(results, args.out, device)
+    print(f"wrote {csv_path} and " + (f"{png}" if png else "no plot (no matplotlib)"))
+    if len(results) > 1:
+        for spec, rows in results:
+            print(f"{spec.label}: {describe_ops(rows, spec.steps)}")
+    ok = all(r.grads_equal is not False for _, rows in results for r in rows)
+    return 0 if ok else 1
+
+
+def _run_regime(
+    args: argparse.Namespace, spec: RegimeSpec, device: str, suffix: str
+) -> tuple[RegimeSpec, list[DemoRow]]:
+    """One regime's runs, table and lines (NOTE [ The demo ] rule 4), its trace and its memory
+    picture (rule 5), named with ``suffix``; the regime as run (sizes from the options, and a
+    label that says so) and its rows."""
+    sizes = {
+        f: getattr(spec.config, f) if getattr(args, f) is None else getattr(args, f)
+        for f in ("vocab", "block", "width", "layers", "heads", "dropout")
+    }
+    config = GPTConfig(**sizes)
+    steps, batch = args.steps or spec.steps, args.batch or spec.batch
+    if (config, steps, batch) != (spec.config, spec.steps, spec.batch):
+        label = f"{spec.label} (sizes from the options)"  # its ops: the line under its table
+        spec = dataclasses.replace(spec, label=label, config=config, steps=steps, batch=batch)
     kw = {} if args.ratios is None else {"ratios": args.ratios}
     n = sum(p.numel() for p in TinyGPT(config).parameters())
     print(
-        f"tritondtr demo: {config.layers}-layer GPT, {n / 1e6:.2f}M parameters, batch "
-        f"{args.batch}x{config.block} tokens, {args.steps} steps per run, on {device} "
-        f"({torch.get_num_threads()} threads)"
+        f"{spec.label}\ntritondtr demo: {config.layers}-layer GPT of width {config.width}, "
+        f"{n / 1e6:.2f}M parameters, batch {batch}x{config.block} tokens, {steps} steps per "
+        f"run, on {device} ({torch.get_num_threads()} threads)"
     )
-    trace_path = args.out / "trace.npz"
-    args.out.mkdir(parents=True, exist_ok=True)
+    trace_path = args.out / f"trace{suffix}.npz"
     rows = run_demo(
         config,
-        steps=args.steps,
-        batch=args.batch,
+        steps=steps,
+        batch=batch,
         refine=args.refine,
         seed=args.seed,
         device=device,
@@ -181,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows, HEURISTIC))
     print(
         f"loss: first {eager.first_loss:.4f} (ln {config.vocab} = "
-        f"{math.log(config.vocab):.4f}), last {eager.last_loss:.4f} after {args.steps} steps; "
+        f"{math.log(config.vocab):.4f}), last {eager.last_loss:.4f} after {steps} steps; "
         "every run with equal gradients had these losses"
     )
     r = lowest_working(rows)
@@ -190,21 +256,22 @@ def run(args: argparse.Namespace) -> int:
             f"lowest budget that works: {r.run} of the unlimited peak "
             f"({format_bytes(r.budget_bytes)}), step time {r.step_s / eager.step_s:.2f}x eager"
         )
-    csv_path, png = write_outputs(rows, args.out, device)
-    print(
-        f"wrote {csv_path}, "
-        + (f"{png}" if png else "no plot (no matplotlib)")
-        + f" and {trace_path} (replay it: tritondtr simulate {trace_path} --semantics runtime)"
-    )
+    print(f"{spec.label}: {describe_ops(rows, steps)}")
+    print(f"wrote {trace_path} (replay it: tritondtr simulate {trace_path} --semantics runtime)")
     if args.timeline != "none":
-        _memory_picture(args, config, rows, device)
-    return 0 if all(r.grads_equal is not False for r in rows) else 1
+        _memory_picture(args, config, rows, device, batch, suffix)
+    return spec, rows
 
 
 def _memory_picture(
-    args: argparse.Namespace, config: GPTConfig, rows: list[DemoRow], device: str
+    args: argparse.Namespace,
+    config: GPTConfig,
+    rows: list[DemoRow],
+    device: str,
+    batch: int,
+    suffix: str,
 ) -> None:
-    """memory.png and memory.csv (NOTE [ The demo ] rule 5), and a line that names them."""
+    """memory{suffix}.png and .csv (NOTE [ The demo ] rule 5), and a line that names them."""
     from ..runtime import plot_memory
 
     worked = sorted(
@@ -215,12 +282,12 @@ def _memory_picture(
     else:
         budget = int(rows[1].peak_bytes * args.timeline)
         tries = [DemoRow(f"{args.timeline:.1%}", args.timeline, budget, None, 0, 0, 0.0, None)]
-    runs = memory_runs(config, tries, batch=args.batch, seed=args.seed, device=device)
+    runs = memory_runs(config, tries, batch=batch, seed=args.seed, device=device)
     if runs is None:
         print("no memory picture: no budget worked" if not tries else "no memory picture")
         return
     r = runs.budget
-    png = args.out / "memory.png"
+    png = args.out / f"memory{suffix}.png"
     try:
         png, csv_path = plot_memory(runs.budgeted, png, eager=runs.unlimited)
         files = f"{png} and {csv_path}"

@@ -1,5 +1,6 @@
 """The demo's report: its table, demo.csv and demo.png (memory against time, with
-``torch.utils.checkpoint`` and the twin's predictions beside the measured runs)."""
+``torch.utils.checkpoint`` and the twin's predictions beside the measured runs, one line per
+regime: NOTE [ The demo ] rule 4)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import TYPE_CHECKING
 from ..units import format_bytes
 
 if TYPE_CHECKING:
+    from .regimes import RegimeSpec
     from .runs import DemoRow
 
-__all__ = ["format_table", "write_outputs"]
+__all__ = ["describe_ops", "format_table", "write_outputs"]
 
 _NOTES = """\
 peak: the most bytes of tracked storages resident at once (tritondtr's accounting; the largest
@@ -76,17 +78,45 @@ def _bytes(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Path | None]:
-    """demo.csv (the rows) and demo.png (step time against peak memory; rematerializations,
-    measured and predicted, against the budget) in ``out``; the plot is skipped (None) when
-    matplotlib is missing."""
+def describe_ops(rows: list[DemoRow], steps: int) -> str:
+    """The regime in numbers: the ops tritondtr tracked per step (``SessionStats.ops``: the
+    optimizer's updates of plain parameters and some views are not among them), the eager
+    step time per tracked op, and what tracking (the unlimited run) added per tracked op,
+    from ``rows[0]`` (eager) and ``rows[1]`` (unlimited)."""
+    eager, unlimited = rows[0], rows[1]
+    ops = unlimited.ops / steps
+    per_op = eager.step_s / ops
+    tracking = (unlimited.step_s - eager.step_s) / ops
+    added = (
+        f"added {_time(tracking)} per op"
+        if tracking > 0
+        else "added no time measurable against eager's in this run"
+    )
+    return (
+        f"{ops:.0f} tracked ops per step, {_time(per_op)} of eager step time per op; tracking "
+        f"{added} ({unlimited.step_s / eager.step_s:.2f}x eager)"
+    )
+
+
+def _time(s: float) -> str:
+    return f"{s * 1e3:.2f} ms" if abs(s) >= 1e-3 else f"{s * 1e6:.0f} us"
+
+
+def write_outputs(
+    results: list[tuple[RegimeSpec, list[DemoRow]]], out: Path, device: str
+) -> tuple[Path, Path | None]:
+    """demo.csv (every regime's rows, with its ``regime``) and demo.png (step time against
+    peak memory; rematerializations, measured and predicted, against the budget; a line per
+    regime, labelled) in ``out``; the plot is skipped (None) when matplotlib is missing."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "demo.csv"
     with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[*asdict(rows[0]).keys(), "device"])
+        fields = ["regime", *asdict(results[0][1][0]).keys(), "device"]
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
-        for r in rows:
-            w.writerow({**asdict(r), "device": device})
+        for spec, rows in results:
+            for r in rows:
+                w.writerow({"regime": spec.regime.value, **asdict(r), "device": device})
     try:
         import matplotlib
 
@@ -94,62 +124,31 @@ def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Pa
         import matplotlib.pyplot as plt
     except ImportError:
         return csv_path, None
-    eager = rows[0].step_s
-    ok = [r for r in rows if r.ratio is not None and r.peak_bytes is not None]
-    ck = [r for r in rows if r.run == "checkpoint"]
-    twin = [r for r in ok if r.predicted_step_s is not None and r.twin_peak_bytes is not None]
     mib = 2**20
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    a1.plot(
-        [r.peak_bytes / mib for r in ok],
-        [r.step_s / eager for r in ok],
-        "o-",
-        label="tritondtr, measured",
-    )
-    for r in ok:
-        a1.annotate(r.run, (r.peak_bytes / mib, r.step_s / eager), fontsize=7, alpha=0.7)
-    a1.plot(
-        [r.twin_peak_bytes / mib for r in twin],
-        [r.predicted_step_s / eager for r in twin],
-        "x--",
-        color="C0",
-        alpha=0.6,
-        label="tritondtr, twin's prediction",
-    )
-    for r in ck:
-        a1.plot(
-            r.peak_bytes / mib,
-            r.step_s / eager,
-            "*",
-            ms=14,
-            color="C3",
-            label="torch.utils.checkpoint, per block",
-        )
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    for k, (spec, rows) in enumerate(results):
+        _plot_regime(a1, a2, spec.label, rows, colors=(f"C{2 * k}", f"C{2 * k + 1}"), mib=mib)
     a1.axhline(1.0, color="k", ls=":", lw=1, label="eager")
     a1.set(xlabel="peak memory, MiB (tracked storages)", ylabel="step time / eager")
+    if len(results) > 1:
+        a1.set_xscale("log")
     a1.set_title("memory against time")
-    a1.legend(fontsize=8)
-    x = [100 * r.ratio for r in ok]
-    a2.plot(x, [r.rematerializations for r in ok], "o-", color="C2", label="measured")
-    a2.plot(
-        [100 * r.ratio for r in ok if r.twin_remats is not None],
-        [r.twin_remats for r in ok if r.twin_remats is not None],
-        "x--",
-        color="C1",
-        label="twin's prediction",
-    )
-    for r in ck:
-        a2.axhline(r.rematerializations, color="C3", ls=":", label="checkpoint (ops rerun)")
+    a1.legend(fontsize=7)
     a2.set(xlabel="budget (% of the unlimited peak)", ylabel="rematerializations (all steps)")
     a2.set_title("rematerializations")
-    if any(r.rematerializations > 0 for r in ok):
+    if any(r.rematerializations > 0 for _, rows in results for r in rows if r.ratio):
         a2.set_yscale("symlog", linthresh=10)
     a2.set_ylim(bottom=0)
     a2.invert_xaxis()
-    a2.legend(fontsize=8)
+    a2.legend(fontsize=7)
     for a in (a1, a2):
         a.grid(alpha=0.3)
-    bad = [r.run for r in rows if r.grads_equal is False]
+    bad = [
+        f"{r.run} ({spec.regime.value})"
+        for spec, rows in results
+        for r in rows
+        if r.grads_equal is False
+    ]
     fig.suptitle(
         f"tritondtr demo on {device}: gradients equal to eager "
         + ("in every run" if not bad else f"EXCEPT {', '.join(bad)}")
@@ -159,3 +158,51 @@ def write_outputs(rows: list[DemoRow], out: Path, device: str) -> tuple[Path, Pa
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return csv_path, png
+
+
+def _plot_regime(a1, a2, label: str, rows: list[DemoRow], colors, mib: int) -> None:
+    """One regime's lines: measured and predicted step time against peak (``a1``) and
+    rematerializations against the budget (``a2``), its checkpoint star and line."""
+    run_color, twin_color = colors
+    eager = rows[0].step_s
+    ok = [r for r in rows if r.ratio is not None and r.peak_bytes is not None]
+    ck = [r for r in rows if r.run == "checkpoint"]
+    twin = [r for r in ok if r.predicted_step_s is not None and r.twin_peak_bytes is not None]
+    a1.plot(
+        [r.peak_bytes / mib for r in ok],
+        [r.step_s / eager for r in ok],
+        "o-",
+        color=run_color,
+        label=f"tritondtr, {label}",
+    )
+    for r in ok:
+        a1.annotate(r.run, (r.peak_bytes / mib, r.step_s / eager), fontsize=7, alpha=0.7)
+    a1.plot(
+        [r.twin_peak_bytes / mib for r in twin],
+        [r.predicted_step_s / eager for r in twin],
+        "x--",
+        color=run_color,
+        alpha=0.5,
+        label="twin's prediction",
+    )
+    for r in ck:
+        a1.plot(
+            r.peak_bytes / mib,
+            r.step_s / eager,
+            "*",
+            ms=14,
+            color=run_color,
+            markeredgecolor="k",
+            label="torch.utils.checkpoint, per block",
+        )
+    x = [100 * r.ratio for r in ok]
+    a2.plot(x, [r.rematerializations for r in ok], "o-", color=run_color, label=label)
+    a2.plot(
+        [100 * r.ratio for r in ok if r.twin_remats is not None],
+        [r.twin_remats for r in ok if r.twin_remats is not None],
+        "x--",
+        color=twin_color,
+        label="twin's prediction",
+    )
+    for r in ck:
+        a2.axhline(r.rematerializations, color=run_color, ls=":", label="checkpoint (ops rerun)")

@@ -1,5 +1,5 @@
-"""The demo's runs: a small GPT-like model trained under decreasing memory budgets, beside
-``torch.utils.checkpoint`` and the simulator's predictions (``tritondtr demo``, demo_cli.py).
+"""The demo's runs: a GPT-like model trained under decreasing memory budgets, beside
+``torch.utils.checkpoint`` and the simulator's predictions (``tritondtr demo``, cli.py).
 
 # NOTE [ The demo ]
 # 1. Runs, all from the same weights, batches and dropout seeds, so that every loss and
@@ -24,14 +24,29 @@
 #    ``enable(budget=None)``, the measure of every tritondtr row (tracked storages,
 #    NOTE [ Budget accounting ]); its recomputations are the ops that run dispatched beyond
 #    the unlimited run's (the block forwards its backward reran).
-# 4. The model (``DEMO_CONFIG``): TinyGPT with 8 blocks, not ``GPTConfig``'s 4. With 4, one
-#    op's working set (``gelu_backward`` reads two 1 MiB tensors while autograd holds the
-#    residual stream's 256 KiB gradient, 2.25 MiB) is 8.8 % of the step's peak, so no
-#    policy that does not re-run the backward from the loss trains it below that (measured:
-#    docs/history/simulator-log.md, "Tight budgets on TinyGPT"); the demo showed 10 %. Twice
-#    the blocks double the peak and keep that working set, so the demo shows what the policy
-#    does down to ~5 % (docs/benchmarks.md, "How low does the demo train?"). ``--layers 4``
-#    runs the smaller model.
+# 4. Two regimes (``REGIMES`` in regimes.py, ``--regime large|small|both``). tritondtr's
+#    price is paid per op (tens of microseconds of Python on a CPU thread; docs/benchmarks.md,
+#    "What does the runtime cost per op?"), so what a run shows depends on how long its ops
+#    take. ``large``, the default: TinyGPT of width 256, 256 tokens, 4 blocks, batch 4,
+#    3 steps, whose step time is mostly in ops of milliseconds, as a GPU user's model is
+#    beside that price: the GPU's regime, small enough to train in about a minute of a
+#    2-core CPU (4 blocks, not 8: the time; 4 blocks still give per-block checkpoint a
+#    point well below the peak). ``small``: 8 blocks of width 128, 64 tokens, batch 8,
+#    4 steps, ops of tens to hundreds of microseconds, where the per-op price is most of
+#    what tracking adds on a CPU: this CPU's per-op price, not a GPU's. 8 blocks, not 4:
+#    with 4, one op's working set (``gelu_backward`` reads two 1 MiB tensors while autograd
+#    holds the residual stream's 256 KiB gradient, 2.25 MiB) is 8.8 % of the step's peak,
+#    so no policy that does not re-run the backward from the loss trains it below that
+#    (docs/history/simulator-log.md, "Tight budgets on TinyGPT"); 8 blocks double the peak
+#    and keep that working set, so the small regime shows the policy down to ~5 %. The
+#    output names the regime above its table and measures it in the run: tracked ops per
+#    step, eager step time per op, and what tracking (the unlimited run) added per op. ``both`` runs
+#    large, then small, one table each; demo.csv has a ``regime`` column, demo.png a line
+#    per regime; the first regime's trace and memory picture keep their names, the
+#    second's carry ``-small``. The op times: docs/benchmarks.md, "How long do the demo's
+#    ops take?"; the runs: "How low does the demo train?". ``--layers`` and the other size
+#    options apply to every regime run, and its label then says "(sizes from the options)":
+#    the name no longer measures its ops.
 # 5. The memory picture (``--timeline``; NOTE [ Memory timeline ] in runtime/timeline.py):
 #    after the runs, the first step runs twice more, untimed: under ``budget=None`` and
 #    under the budget drawn (the lowest that worked, by default), both with
@@ -58,13 +73,13 @@ import torch
 import torch.nn.functional as F
 
 from ..units import format_bytes
+from .regimes import REGIMES, Regime
 from .tinygpt import GPTConfig, TinyGPT, batches
 
 if TYPE_CHECKING:
     from ..runtime import SessionStats
 
 __all__ = [
-    "DEMO_CONFIG",
     "HEURISTIC",
     "DemoRow",
     "MemoryRuns",
@@ -74,7 +89,6 @@ __all__ = [
 ]
 
 HEURISTIC = "dtr_eq"  # of every budgeted run and of the twin's replays
-DEMO_CONFIG = GPTConfig(layers=8)  # NOTE [ The demo ] rule 4
 
 
 @dataclass
@@ -100,6 +114,8 @@ class DemoRow:
         device_peak_bytes: on CUDA, the most bytes the process had allocated on the device
             during a step (``torch.cuda.max_memory_allocated``, everything included); None on
             a CPU.
+        ops: the ops the run's sessions dispatched, summed over the steps (None: eager, or
+            the run failed).
     """
 
     run: str
@@ -119,6 +135,7 @@ class DemoRow:
     twin_peak_bytes: int | None = None
     predicted_step_s: float | None = None
     device_peak_bytes: int | None = None
+    ops: int | None = None
 
 
 class _Run(NamedTuple):
@@ -212,6 +229,7 @@ def _row(name: str, ratio, budget, run: _Run, ref: _Run, **kw) -> DemoRow:
         first_loss=run.losses[0].item(),
         last_loss=run.losses[-1].item(),
         device_peak_bytes=run.device_peak,
+        ops=run.ops or None,
         **kw,
     )
 
@@ -255,13 +273,13 @@ def run_demo(
 
     ``ratios`` are tried in order until one fails, then ``refine`` bisection steps run between
     the lowest that worked and the highest that failed. No new budget starts once
-    ``time_limit_s`` seconds have passed. ``config``: the model's sizes (default:
-    ``DEMO_CONFIG``, 8 layers of width 128). ``trace_path``: write the unlimited run's last
+    ``time_limit_s`` seconds have passed. ``config``: the model's sizes (default: the
+    large-op regime's, NOTE [ The demo ] rule 4). ``trace_path``: write the unlimited run's last
     step there as a trace (``.npz``: ``tritondtr simulate`` replays it)."""
     from ..runtime import BudgetError, ThrashError
     from ..sim import runtime_peak, save_trace
 
-    config = config or DEMO_CONFIG
+    config = config or REGIMES[Regime.LARGE].config
 
     torch.manual_seed(seed)
     model0 = TinyGPT(config).to(device)
