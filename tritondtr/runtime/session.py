@@ -493,7 +493,7 @@ class Session:
         written = info.written
         pargs = call.pargs
         if info.flat is not None:  # single positional tensors: walk them directly
-            n, lazy = len(args), core.lazy
+            n, lazy, seen, now = len(args), core.lazy, core.seen, core.now
             for i in info.flat:
                 if i >= n:
                     break
@@ -506,7 +506,7 @@ class Session:
                             if core.use(s.sid):  # may recompute it: s.buf after
                                 locked.append(s.sid)
                         elif s.buf is not None:
-                            core.use(s.sid)  # NOTE [ Lazy engine ] rule 1: records the use
+                            seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
                         else:
                             pargs[i] = self._in(v, i, -1, False, call)
                             continue
