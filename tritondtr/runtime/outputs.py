@@ -46,7 +46,6 @@ from .boundary import ReadMemory
 from .config import RuntimeConfig
 from .fsdp import FSDPWatch
 from .nondeterministic import pins_nondeterministic
-from .opcall import OpCall
 from .recipe import PLAIN, READ, WRITE, Cell, Recipe, Storage, blank, geometry, storage_ptr
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
@@ -82,12 +81,12 @@ class OutputOwner(Protocol):
     def adopts_device(self, out: torch.Tensor, info) -> bool: ...
 
 
-def outputs(session: OutputOwner, call: OpCall, out):
-    """The wrapped result of op ``call`` whose plain result is ``out``: fresh outputs
+def outputs(
+    session: OutputOwner, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+):
+    """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
     tracked, views wrapped over their argument's cell, written arguments given new versions
     (NOTE [ In-place versions ] rule 1), written returns given back as the caller's objects."""
-    info, args, kwargs, pargs, pkw = call.info, call.args, call.kwargs, call.pargs, call.pkw
-    inputs, parents, wrote, rng, cost = call.inputs, call.parents, call.wrote, call.rng, call.cost
     core, rets = session.core, info.rets
     single = len(rets) == 1
     res = [out] if single else list(out) if rets else []

@@ -110,7 +110,6 @@ from .fsdp import FSDPWatch
 from .leafgrad import LeafGrads
 from .nondeterministic import pins_nondeterministic
 from .oom import evict_for_retry, is_oom
-from .opcall import OpCall
 from .outputs import aliases, blank_writes, fresh, outputs, seal, view_of
 from .recipe import (
     BLANK,
@@ -461,20 +460,147 @@ class Session:
             self.freeze()
 
     def _call(self, info, args, kwargs):
-        """Track one op: bind its inputs, run it, wrap its outputs (NOTE [ Op semantics ])."""
-        core = self.core
-        call = OpCall(info, args, kwargs)
+        core, func = self.core, info.func
+        locked: list[int] = []  # sids locked for this op
         self.depth += 1
         core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
-            self._bind(call)
-            out = self._wrap(call, self._run(call))
+            if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
+                self._use_evicted(info, args, kwargs, locked)
+            inputs, parents, wrote = [], [], []
+            written = info.written
+            pargs = list(args)
+            if info.flat is not None:  # single positional tensors: walk them directly
+                pkw = kwargs
+                n, lazy, seen, now = len(args), core.lazy, core.seen, core.now
+                for i in info.flat:
+                    if i >= n:
+                        break
+                    v = args[i]
+                    if type(v) is DTRTensor and i not in written:  # _in's hot case
+                        cell = v._cell
+                        s = cell.storage
+                        if cell.session is self and s.recipe is not None:
+                            if not lazy:
+                                if core.use(s.sid):  # may recompute it: s.buf after
+                                    locked.append(s.sid)
+                            elif s.buf is not None:
+                                seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
+                            else:
+                                pargs[i] = self._in(v, i, -1, False, inputs, locked, parents, wrote)
+                                continue
+                            parents.append(s.sid)
+                            view = v._view
+                            inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
+                            buf = s.buf
+                            pargs[i] = buf if view is None else derive(buf, view)
+                            continue
+                    if v is not None:
+                        pargs[i] = self._in(v, i, -1, i in written, inputs, locked, parents, wrote)
+            else:
+                pkw = dict(kwargs)
+                self._walk(info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote)
+            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
+                for k, e in enumerate(inputs):
+                    if e.mode == PLAIN and e.key in written:
+                        inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
+            blanks = None
+            if info.overwrites and wrote:
+                blanks = blank_writes(inputs, pargs, pkw, parents)
+            core.begin(info.name)
+            rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
+            timer = self.timer
+            attempt = 0
+            while True:
+                if timer is not None:  # NOTE [ Cost models ] rule 10
+                    timer.start()
+                t0 = _now_ns()
+                try:
+                    out = func(*pargs, **pkw)
+                    break
+                except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
+                    if not core.evicting or info.written or not is_oom(e):
+                        raise  # rule 1: a write may have been applied in part
+                    if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
+                        core.sync()
+                        for inp in inputs:
+                            if inp.mode <= WRITE and inp.source.buf is not None:
+                                core.lock(inp.source.sid)
+                                locked.append(inp.source.sid)
+                    if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
+                        rewind_rng(rng)
+                    if not evict_for_retry(core, attempt):
+                        raise
+                    attempt += 1
+            cost = float(_now_ns() - t0)
+            if self._streams is not None:  # NOTE [ Side streams ]
+                self._side_streams(inputs)
+            if info.bump:  # NOTE [ Op semantics ] rule 11
+                bump_versions(info, args, kwargs)
+            if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
+                if self.cost_fn is _UNRESOLVED:
+                    cost = self._first_cost(info.func, pargs, pkw, out, cost)
+                else:
+                    cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
+                if timer is not None:
+                    timer.stop(cost)
+            for sid in locked:
+                core.unlock(sid)
+            locked.clear()
+            core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
+            parents = tuple(parents)
+            if info.fresh1:  # one fresh output: outputs' common case
+                if (
+                    out is not None
+                    and out.layout is _STRIDED
+                    and not out.is_nested  # NOTE [ What is tracked ] rule 3
+                    and (out.device == core.device or self.adopts_device(out, info))
+                    and (_in_backward() < 0 or not self.leaf_grad(out))
+                ):
+                    rec = Recipe(info, pargs, pkw, inputs, rng)
+                    out = fresh(self, out, rec, 0, -1, parents, cost)
+                    seal(self, rec, pargs, pkw)
+            elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
+                cell = wrote[0]
+                old = cell.storage  # NOTE [ In-place versions ] rule 1
+                rec = Recipe(info, pargs, pkw, inputs, rng)
+                rec.outs = ((-1, 0),)
+                buf, pinned = old.buf, core.pinned[old.sid]
+                if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
+                    pinned = pins_nondeterministic(info, buf)
+                core.hand_out(old.sid)
+                cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
+                out = args[0]
+                seal(self, rec, pargs, pkw)
+            elif info.view1 is not None:  # one view: outputs' other common case
+                src = args[info.view1]
+                if type(src) in WRAPPER_TYPES and src._cell.session is self:
+                    psrc = pargs[info.view1]
+                    if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
+                        out = view_of(out, src, psrc)
+            else:
+                out = outputs(
+                    self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+                )
+            if self.observer is not None:
+                self.observer.op(info, args, kwargs, inputs, out, wrote, cost, blanks)
+            if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
+                for k, desc in blanks:
+                    inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
         except BudgetError:  # the op did not run (NOTE [ Recording a trace ] rule 8)
             if self.observer is not None:
                 self.observer.attempted(info, args, kwargs)
             raise
         finally:
-            self._unbind(call)
+            for sid in locked:
+                core.unlock(sid)
+            if core.deferred or core.input_locks:
+                core.release_inputs()
+            if self.absorbed:  # NOTE [ Fused versions ] rule 5: before ``end`` frees the ids
+                for s in self.absorbed:
+                    s.sid = -1
+                self.absorbed.clear()
+            self.depth -= 1
         st = self.stats
         st.ops += 1
         st.op_counts[info.name] += 1
@@ -482,158 +608,6 @@ class Session:
         if self.timer is not None:  # NOTE [ Cost models ] rule 10: apply what completed
             self.timer.done()
         return out
-
-    def _bind(self, call: OpCall) -> None:
-        """Every tensor argument to its plain value in ``call.pargs`` / ``call.pkw``, recorded
-        in ``call.inputs``; the tracked ones made resident and locked for the op."""
-        core, info, args = self.core, call.info, call.args
-        locked, inputs, parents, wrote = call.locked, call.inputs, call.parents, call.wrote
-        if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
-            self._use_evicted(info, args, call.kwargs, locked)
-        written = info.written
-        pargs = call.pargs
-        if info.flat is not None:  # single positional tensors: walk them directly
-            n, lazy, seen, now = len(args), core.lazy, core.seen, core.now
-            for i in info.flat:
-                if i >= n:
-                    break
-                v = args[i]
-                if type(v) is DTRTensor and i not in written:  # _in's hot case
-                    cell = v._cell
-                    s = cell.storage
-                    if cell.session is self and s.recipe is not None:
-                        if not lazy:
-                            if core.use(s.sid):  # may recompute it: s.buf after
-                                locked.append(s.sid)
-                        elif s.buf is not None:
-                            seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
-                        else:
-                            pargs[i] = self._in(v, i, -1, False, call)
-                            continue
-                        parents.append(s.sid)
-                        view = v._view
-                        inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
-                        buf = s.buf
-                        pargs[i] = buf if view is None else derive(buf, view)
-                        continue
-                if v is not None:
-                    pargs[i] = self._in(v, i, -1, i in written, call)
-        else:
-            call.pkw = dict(call.kwargs)
-            self._walk(call)
-        if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
-            for k, e in enumerate(inputs):
-                if e.mode == PLAIN and e.key in written:
-                    inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
-        if info.overwrites and wrote:
-            call.blanks = blank_writes(inputs, pargs, call.pkw, parents)
-
-    def _run(self, call: OpCall):
-        """Run the op on its plain arguments (NOTE [ Out-of-memory fallback ] around it) and
-        price it; then its inputs' locks go. Returns the plain result."""
-        core, info, pargs, pkw = self.core, call.info, call.pargs, call.pkw
-        func, locked = info.func, call.locked
-        core.begin(info.name)
-        rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
-        call.rng = rng
-        timer = self.timer
-        attempt = 0
-        while True:
-            if timer is not None:  # NOTE [ Cost models ] rule 10
-                timer.start()
-            t0 = _now_ns()
-            try:
-                out = func(*pargs, **pkw)
-                break
-            except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
-                if not core.evicting or info.written or not is_oom(e):
-                    raise  # rule 1: a write may have been applied in part
-                if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
-                    core.sync()
-                    for inp in call.inputs:
-                        if inp.mode <= WRITE and inp.source.buf is not None:
-                            core.lock(inp.source.sid)
-                            locked.append(inp.source.sid)
-                if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
-                    rewind_rng(rng)
-                if not evict_for_retry(core, attempt):
-                    raise
-                attempt += 1
-        cost = float(_now_ns() - t0)
-        if self._streams is not None:  # NOTE [ Side streams ]
-            self._side_streams(call.inputs)
-        if info.bump:  # NOTE [ Op semantics ] rule 11
-            bump_versions(info, call.args, call.kwargs)
-        if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
-            if self.cost_fn is _UNRESOLVED:
-                cost = self._first_cost(func, pargs, pkw, out, cost)
-            else:
-                cost = price(self.cost_fn, func, tuple(pargs), pkw, out)
-            if timer is not None:
-                timer.stop(cost)
-        call.cost = cost
-        for sid in locked:
-            core.unlock(sid)
-        locked.clear()
-        core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
-        call.parents = tuple(call.parents)
-        return out
-
-    def _wrap(self, call: OpCall, out):
-        """The op's result as the program sees it: fresh outputs tracked, views wrapped,
-        written arguments given new versions (outputs.py; its common cases inlined)."""
-        core, info, args = self.core, call.info, call.args
-        if info.fresh1:  # one fresh output: outputs' common case
-            if (
-                out is not None
-                and out.layout is _STRIDED
-                and not out.is_nested  # NOTE [ What is tracked ] rule 3
-                and (out.device == core.device or self.adopts_device(out, info))
-                and (_in_backward() < 0 or not self.leaf_grad(out))
-            ):
-                rec = Recipe(info, call.pargs, call.pkw, call.inputs, call.rng)
-                out = fresh(self, out, rec, 0, -1, call.parents, call.cost)
-                seal(self, rec, call.pargs, call.pkw)
-        elif info.inplace1 and len(call.wrote) == 1 and call.inputs[0].key == 0:  # add_
-            cell = call.wrote[0]
-            old = cell.storage  # NOTE [ In-place versions ] rule 1
-            rec = Recipe(info, call.pargs, call.pkw, call.inputs, call.rng)
-            rec.outs = ((-1, 0),)
-            buf, pinned = old.buf, core.pinned[old.sid]
-            if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
-                pinned = pins_nondeterministic(info, buf)
-            core.hand_out(old.sid)
-            cell.storage = self.track(buf, rec, 0, call.parents, call.cost, pinned, old.sid)
-            out = args[0]
-            seal(self, rec, call.pargs, call.pkw)
-        elif info.view1 is not None:  # one view: outputs' other common case
-            src = args[info.view1]
-            if type(src) in WRAPPER_TYPES and src._cell.session is self:
-                psrc = call.pargs[info.view1]
-                if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
-                    out = view_of(out, src, psrc)
-        else:
-            out = outputs(self, call, out)
-        blanks, inputs = call.blanks, call.inputs
-        if self.observer is not None:
-            self.observer.op(info, args, call.kwargs, inputs, out, call.wrote, call.cost, blanks)
-        if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
-            for k, desc in blanks:
-                inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
-        return out
-
-    def _unbind(self, call: OpCall) -> None:
-        """The op's call is over, run or not: what it still locks is unlocked."""
-        core = self.core
-        for sid in call.locked:
-            core.unlock(sid)
-        if core.deferred or core.input_locks:
-            core.release_inputs()
-        if self.absorbed:  # NOTE [ Fused versions ] rule 5: before ``end`` frees the ids
-            for s in self.absorbed:
-                s.sid = -1
-            self.absorbed.clear()
-        self.depth -= 1
 
     def _first_cost(self, op, pargs, pkw, out, wall: float) -> float:
         """NOTE [ Cost models ] rule 8: the cost of an op before the session has a device,
@@ -678,9 +652,8 @@ class Session:
         if evicted:
             self.core.use_evicted(sids, locked)
 
-    def _walk(self, call: OpCall) -> None:
+    def _walk(self, info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
-        info, args, kwargs, pargs, pkw = call.info, call.args, call.kwargs, call.pargs, call.pkw
         written = info.written
         for i, kind, name in info.args:
             if name is None:
@@ -694,29 +667,29 @@ class Session:
             key = i if name is None else name
             w = key in written if written else False
             if kind == ONE:
-                pv = self._in(v, key, -1, w, call)
+                pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
             else:
-                pv = [self._in(t, key, j, w, call) for j, t in enumerate(v)]
+                pv = [
+                    self._in(t, key, j, w, inputs, locked, parents, wrote) for j, t in enumerate(v)
+                ]
             if name is None:
                 pargs[i] = pv
             else:
                 pkw[name] = pv
 
-    def _in(self, v, key, j, w, call: OpCall):
-        """The plain value of tensor argument ``v`` (at ``key``, list index ``j`` or -1;
-        written by the op: ``w``); records it in ``call.inputs``."""
-        inputs = call.inputs
+    def _in(self, v, key, j, w, inputs, locked, parents, wrote):
+        """The plain value of tensor argument ``v``; records it in ``inputs``."""
         if type(v) in WRAPPER_TYPES:
             cell = v._cell
             s = cell.storage
             if cell.session is self and s.recipe is not None:
                 if self.core.use(s.sid):
-                    call.locked.append(s.sid)
-                call.parents.append(s.sid)
+                    locked.append(s.sid)
+                parents.append(s.sid)
                 view = v._view
                 inputs.append(_new_tuple(Input, (key, j, s, view, None, WRITE if w else READ)))
                 if w:
-                    call.wrote.append(cell)
+                    wrote.append(cell)
                 buf = s.buf
                 return buf if view is None else derive(buf, view)
             v = cell.session.value(v, escape=True)  # external storage or foreign
