@@ -26,9 +26,16 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 #    TorchDispatchMode that only calls each op) and ``wrapper-floor`` (a minimal wrapper
 #    subclass under such a mode: unwrap, call, wrap). The latter is the least any runtime of
 #    tritondtr's design pays per op; tracking minus it is tritondtr's own work.
+# 6. Per op: ``ops`` is the number of ops a step dispatches (``SessionStats.ops`` of the
+#    unlimited session: the user's ops, forward, backward and optimizer, not
+#    recomputations). ``per_op_us`` is, for eager, its median step time over ``ops``, and
+#    for every other setting the median time it adds to eager's step over ``ops``: the price
+#    per op measured on a whole step, not on one op in a loop (bench_runtime_dispatch.py).
+#    The per-op table (``--per-op``) puts small-op and large-op steps side by side.
 
 examples:
   python benchmarks/bench_runtime_budget.py                     # CPU zoo, ~2 min on 2 cores
+  python benchmarks/bench_runtime_budget.py --per-op            # the per-op table, ~12 min
   python benchmarks/bench_runtime_budget.py --models gpt2-small --device cuda --batch 8
 """
 
@@ -38,6 +45,7 @@ import argparse
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,16 +77,18 @@ TARGETS = {"cpu": {"not-binding": 1.5}, "cuda": {"not-binding": 1.10, "50%": 1.2
 
 @dataclass
 class Bench:
-    """A model to time: ``step()`` runs forward, backward and the optimizer step."""
+    """A training step to time: ``step()`` runs forward, backward and the optimizer step."""
 
     name: str
-    model: torch.nn.Module
     step: Callable[[], object]
 
 
 def load(name: str, scale: int, device: str, batch: int) -> Bench:
-    """A zoo model (``tests/zoo.py``, at ``scale``) or ``gpt2-small`` (tritondtr.demo.tinygpt's
-    TinyGPT with GPT-2 small's sizes on random tokens, ``batch`` x 1024)."""
+    """One training step to time (NOTE [ Runtime step benchmark ] rule 6): a zoo model
+    (``tests/zoo.py``) at ``scale``, or at its own scale as ``NAME:SCALE``; ``gru`` and ``unet``
+    (``recorded.py``, NOTE [ Recorded steps ]); ``tinygpt-large`` and ``tinygpt-small`` (the
+    demo's two regimes); or ``gpt2-small`` (TinyGPT with GPT-2 small's sizes on random tokens,
+    ``batch`` x 1024)."""
     if name == "gpt2-small":
         from tritondtr.demo.tinygpt import TinyGPT, gpt2_small
 
@@ -90,10 +100,28 @@ def load(name: str, scale: int, device: str, batch: int) -> Bench:
 
         def loss():
             return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    elif name.startswith("tinygpt-"):
+        from tritondtr.demo.regimes import REGIMES, Regime
+        from tritondtr.demo.tinygpt import TinyGPT, batches
+
+        spec = REGIMES[Regime(name.removeprefix("tinygpt-"))]
+        torch.manual_seed(0)
+        model = TinyGPT(spec.config).to(device)
+        ((x, y),) = batches(spec.config, 1, spec.batch, 0, device)
+
+        def loss():
+            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    elif name in ("gru", "unet"):
+        if device != "cpu":
+            raise ValueError(f"{name!r} is a CPU step (benchmarks/recorded.py); use --device cpu")
+        import recorded
+
+        return Bench(name, {"gru": recorded.gru_step, "unet": recorded.unet_step}[name]())
     else:
         from tests import zoo
 
-        case = zoo.make(name, seed=0, scale=scale)
+        zoo_name, _, own = name.partition(":")
+        case = zoo.make(zoo_name, seed=0, scale=int(own) if own else scale)
         model = case.model.to(device)
         inputs = tuple(t.to(device) for t in case.inputs)
 
@@ -107,7 +135,7 @@ def load(name: str, scale: int, device: str, batch: int) -> Bench:
         loss().backward()
         opt.step()
 
-    return Bench(name, model, step)
+    return Bench(name, step)
 
 
 def under(step: Callable[[], object], **kw) -> tuple[Callable[[], object], list]:
@@ -149,12 +177,20 @@ def in_rounds(
     return {k: Timing(tuple(v), 1) for k, v in samples.items()}
 
 
-def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float) -> list[Row]:
-    """Every setting of one model: NOTE [ Runtime step benchmark ]."""
+def bench_model(
+    b: Bench,
+    device: str,
+    env: Env,
+    repeats: int,
+    max_time_s: float,
+    only: tuple[str, ...] | None = None,
+) -> list[Row]:
+    """Every setting of one model (or those in ``only``; eager always): NOTE [ Runtime step
+    benchmark ]."""
     dev = describe_device(device)
     base_run, base_stats = under(b.step, budget=None)
     base_run()
-    peak = base_stats[-1].peak_bytes
+    peak, ops = base_stats[-1].peak_bytes, base_stats[-1].ops
     settings = [
         ("eager", None),
         ("dispatch-mode", ModeOnly),
@@ -163,6 +199,8 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
         ("not-binding", {"budget": 2 * peak}),
     ]
     settings += [(f"{r:.0%}", {"budget": int(r * peak)}) for r in RATIOS]
+    if only is not None:
+        settings = [s for s in settings if s[0] == "eager" or s[0] in only]
     rows, eager_ms = [], math.nan
 
     def row(what, provider, stats, unit, timing=None, params="", note=""):
@@ -214,8 +252,12 @@ def bench_model(b: Bench, device: str, env: Env, repeats: int, max_time_s: float
         ms = t.stats(1e3)
         if provider == "eager":
             eager_ms = ms.median
+            row("ops", provider, Stats.of([ops]), "count", None, params)
         row("step_time", provider, ms, "ms", t, params)
         row("slowdown", provider, Stats.of([ms.median / eager_ms]), "x", None, params)
+        # rule 6: eager's row is its own time per op, every other row the time added per op
+        per_op_ms = ms.median if provider == "eager" else ms.median - eager_ms
+        row("per_op_us", provider, Stats.of([1e3 * per_op_ms / ops]), "us", None, params)
         for what, attr in (
             ("peak", "peak_bytes"),
             (
@@ -277,6 +319,50 @@ def summary(rows: list[Row], device_type: str) -> str:
     return "\n".join(lines)
 
 
+def per_op_table(rows: list[Row]) -> str:
+    """A markdown table: per step, its ops, eager's time per op, and what each setting adds
+    per op (NOTE [ Runtime step benchmark ] rule 6) with its slowdown."""
+    cell = {(model_of(r), r.provider, r.what): r for r in rows}
+    providers = [
+        p
+        for p in dict.fromkeys(r.provider for r in rows if r.what == "step_time")
+        if p not in ("eager", "dispatch-mode")
+    ]
+    head = "| step | ops / step | eager ms / step | eager us / op | " + " | ".join(
+        f"{p} +us / op (x eager)" for p in providers
+    )
+    lines = [head + " |", "|---|---:|---:|---:|" + "---:|" * len(providers)]
+    for m in dict.fromkeys(model_of(r) for r in rows):
+        ops = cell[m, "eager", "ops"].median
+        eager = cell[m, "eager", "step_time"].median
+        parts = [m, f"{ops:,.0f}", f"{eager:.1f}", f"{cell[m, 'eager', 'per_op_us'].median:.1f}"]
+        for p in providers:
+            if (m, p, "per_op_us") in cell:
+                parts.append(
+                    f"{cell[m, p, 'per_op_us'].median:+.1f} ({cell[m, p, 'slowdown'].median:.2f}x)"
+                )
+            else:
+                parts.append(
+                    next((r.note for r in rows if (model_of(r), r.provider) == (m, p)), "-") or "-"
+                )
+        lines.append("| " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+PER_OP_MODELS = (
+    "tinygpt-small",
+    "gru",
+    "lstm:4",
+    "mlp:4",
+    "tinygpt-large",
+    "unet",
+    "lstm:16",
+    "mlp:16",
+    "cnn:16",
+)
+PER_OP_SETTINGS = ("wrapper-floor", "tracking", "not-binding", "50%")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -294,12 +380,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--repeats", type=int, default=7, help="samples per setting (default: 7)")
     p.add_argument("--max-time", type=float, default=10.0, help="seconds per setting")
+    p.add_argument(
+        "--settings",
+        default=None,
+        help="comma-separated settings besides eager (default: all; e.g. tracking,50%%)",
+    )
+    p.add_argument(
+        "--per-op",
+        action="store_true",
+        help=f"the per-op table (rule 6): models {','.join(PER_OP_MODELS)} unless --models, "
+        f"settings {','.join(PER_OP_SETTINGS)} unless --settings",
+    )
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="output folder")
     p.add_argument("--tag", default=None, help="file name tag (default: cpu-2core / gpu name)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    # ``not-binding`` is a budget that never binds on purpose: its warning says nothing here
+    warnings.filterwarnings("ignore", message="tritondtr: the budget of .* never bound")
     device = torch.device(args.device).type
-    models = args.models or (["gpt2-small"] if device == "cuda" else list(CPU_MODELS))
+    models = args.models or (
+        list(PER_OP_MODELS)
+        if args.per_op
+        else ["gpt2-small"]
+        if device == "cuda"
+        else list(CPU_MODELS)
+    )
+    only = (
+        tuple(args.settings.split(","))
+        if args.settings
+        else PER_OP_SETTINGS
+        if args.per_op
+        else None
+    )
     env = Env.capture()
     print(f"# runtime step time, {describe_device(args.device)}")
     rows: list[Row] = []
@@ -310,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             env,
             args.repeats,
             args.max_time,
+            only,
         )
     tag = args.tag or (
         f"cpu-{os.cpu_count()}core-{torch.get_num_threads()}thread"
@@ -318,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_csv(rows, args.out / f"runtime_budget_{tag}.csv")
     write_json(rows, args.out / f"runtime_budget_{tag}.json")
-    table = summary(rows, device)
+    table = summary(rows, device) + "\n\n" + per_op_table(rows)
     (args.out / f"runtime_budget_{tag}.md").write_text(
         f"Hardware: {describe_device(args.device)}\n\n{table}\n"
     )
