@@ -121,6 +121,9 @@ def load(name: str, scale: int, device: str, batch: int) -> Bench:
         from tests import zoo
 
         zoo_name, _, own = name.partition(":")
+        if zoo_name not in zoo.ZOO:
+            known = ", ".join([*zoo.ZOO, "gru", "unet", "tinygpt-large", "tinygpt-small"])
+            raise ValueError(f"unknown step {name!r}: one of {known} or gpt2-small")
         case = zoo.make(zoo_name, seed=0, scale=int(own) if own else scale)
         model = case.model.to(device)
         inputs = tuple(t.to(device) for t in case.inputs)
