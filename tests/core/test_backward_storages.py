@@ -125,14 +125,13 @@ def test_a_released_gradient_is_admitted_when_recomputed():
 
 
 def _op(core, name: str, inputs=(), backward: bool = False) -> int:
-    """One op as the session runs it: use the inputs (unlocking those recomputed after the
-    op), begin, one new 100-byte output, release the inputs, end."""
-    locked = [i for i in inputs if core.use(i)]
+    """One op as the session runs it (NOTE [ Op protocol ]): use the inputs, begin, release
+    the inputs, one new 100-byte output, end."""
+    for i in inputs:
+        core.use(i)
     core.begin(name)
-    sid = core.new(100, 1.0, tuple(inputs), name, backward=backward)
-    for i in locked:
-        core.unlock(i)
     core.release_inputs()
+    sid = core.new(100, 1.0, tuple(inputs), name, backward=backward)
     core.end()
     return sid
 

@@ -33,8 +33,9 @@ def _lock_count(core, sid: int) -> int:
 
 def test_resident_inputs_are_not_locked_when_nothing_evicts():
     core, _, s = _core(10**6)
-    assert core.use(s["a"]) is False
+    core.use(s["a"])
     assert _lock_count(core, s["a"]) == 0 and core.deferred == [s["a"]]
+    assert core.recomputed == []
     core.begin("op")
     assert _lock_count(core, s["a"]) == 0  # under budget: nothing to protect it from
     core.release_inputs()
@@ -58,14 +59,15 @@ def test_recomputing_an_input_never_takes_the_inputs_used_before_it():
     core.drop(s["b"])
     core.budget = 150  # b's recomputation must make room: a is the best victim
     core.use(s["a"])
-    assert core.use(s["b"]) is True
-    assert ex.recomputed == [s["b"]]
+    core.use(s["b"])
+    assert ex.recomputed == [s["b"]] and core.recomputed == [s["b"]]
     assert core.state[s["a"]] == RESIDENT and core.state[s["c"]] == EVICTED
-    assert _lock_count(core, s["a"]) == 1
+    assert _lock_count(core, s["a"]) == 1 and _lock_count(core, s["b"]) == 1
     core.budget = 10**6
     core.begin("op")
-    core.unlock(s["b"])
-    core.release_inputs()
+    core.release_inputs()  # NOTE [ Op protocol ]: the recomputed input too
+    assert _lock_count(core, s["a"]) == 0 and _lock_count(core, s["b"]) == 0
+    assert core.recomputed == [] and core.input_locks == []
     core.check_invariants()
 
 
@@ -109,10 +111,10 @@ def test_stress_never_takes_the_inputs_used_before_a_recomputed_one():
     core.materialize(a)  # a program read of a: resident, locked for the reader
     core.unlock(a)
     core.use(a)
-    assert core.use(b) is True and ex.recomputed[-1] == b
+    core.use(b)
+    assert ex.recomputed[-1] == b and core.recomputed == [b]
     assert core.state[a] == RESIDENT  # evict_all ran after b's recomputation
     core.begin("op")
-    core.unlock(b)
     core.release_inputs()
     core.end()
     assert core.state[c] == EVICTED

@@ -45,17 +45,13 @@ def _program(seed: int, heuristic: str, steps: int = 250) -> Core:
                 if ins and rng.random() < 0.2:
                     ins.append(ins[0])
                 core.prepare()
-                locked = []
                 try:
                     for s in ins:
-                        if core.use(s):
-                            locked.append(s)
+                        core.use(s)
                     core.check_invariants(ops_in_flight=True)
                     core.begin("op")
                     core.check_invariants(ops_in_flight=True)
                 finally:
-                    for s in locked:
-                        core.unlock(s)
                     core.release_inputs()
                 writes = -1
                 if ins and rng.random() < 0.2 and core.state[ins[0]] == RESIDENT:
@@ -120,7 +116,7 @@ def _program(seed: int, heuristic: str, steps: int = 250) -> Core:
         except BudgetError:
             break  # the budget cannot hold an op's working set: a valid end
         core.check_invariants()
-        assert not core.deferred and not core.input_locks, "locks left between ops"
+        assert not (core.recomputed or core.deferred or core.input_locks), "locks left"
     return core
 
 

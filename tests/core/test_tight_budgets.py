@@ -211,13 +211,12 @@ def test_inputs_made_resident_give_way_to_one_that_does_not_fit_beside_them():
     core.drop(sid["a"])
     core.drop(sid["b"])
     core.budget = 250
-    locked = []
-    core.use_evicted([sid["a"], sid["b"]], locked)
+    core.use_evicted([sid["a"], sid["b"]])
     assert core.state[sid["a"]] == RESIDENT and core.state[sid["b"]] == RESIDENT
-    assert locked == [sid["b"], sid["a"]] and core.stats.budget_errors == 0
+    assert core.recomputed == [sid["b"], sid["a"]] and core.stats.budget_errors == 0
     assert ex.recomputed == [sid["a"], sid["p"], sid["b"], sid["a"]]
-    for s in locked:
-        core.unlock(s)
+    core.release_inputs()
+    assert core.recomputed == []
     core.check_invariants()
 
 

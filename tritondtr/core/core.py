@@ -86,6 +86,29 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    locked (after the op ran, and on any error): deferred inputs are dropped and the ones
 #    locked since are unlocked.
 
+# NOTE [ Op protocol ]
+# 1. Both drivers, the runtime's session (``Session._call``) and the twin (``_Twin._call``),
+#    take every op through the core in one order: ``prepare`` (NOTE [ Lazy engine ] rule 2);
+#    ``use_evicted`` (rule 2); ``use`` of each tracked input, in argument order, duplicates
+#    too; ``begin(name)`` (the clock, room made); the op runs; ``release_inputs``; per
+#    output, fresh ones first: ``hand_out`` of the storage an in-place write replaces, then
+#    ``new``; ``end``. An op that raises before its outputs are tracked (BudgetError from
+#    ``use`` or ``begin``, the op's own error) gets ``release_inputs`` and nothing more.
+# 2. ``use_evicted`` is called once the engine is built, for two or more tracked inputs of
+#    which one is evicted (NOTE [ Evicted inputs first ]): it does nothing otherwise.
+# 3. The core holds the op's locks: an input that ``use`` or ``use_evicted`` recomputed
+#    stays locked (``recomputed``), a resident one is locked only when something may evict
+#    (NOTE [ Deferred locks ]); ``release_inputs`` unlocks all of them, recomputed ones
+#    first. The drivers keep no list of locks.
+# 4. Between ops: ``release`` when the program's last wrapper of a storage died (not for a
+#    version an in-place write handed out: no wrapper holds it), ``forget`` when nothing
+#    refers to a storage any more, ``materialize`` then ``unlock`` for a value read outside
+#    an op, ``freeze``, ``evict_all``; the runtime drains its queues before the next op, at
+#    the positions its trace records them.
+# 5. So the two drivers make the same calls with the same arguments, one for one:
+#    tests/sim/test_op_protocol.py logs both on the same steps (unlimited, 50 %, 30 %,
+#    ``stress``) and compares the logs; the twin's counts agreeing follows from it.
+
 # NOTE [ Readers before release ]
 # 1. When the program's last wrapper of a resident storage ``x`` dies, ``release`` frees its
 #    buffer. An evicted storage ``d`` that a wrapper still holds and that reads ``x`` (an
@@ -125,10 +148,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    with one tracked input needs no first pass (its ``use`` makes the same decisions):
 #    ``use_evicted`` returns at once for fewer than two storages.
 # 3. The runtime and the twin call it with the same storages in the same order (the
-#    inputs as the op records them), so their decisions stay the same: the twin with every
-#    op's list, the runtime only for ops with more than one tensor argument
-#    (``OpInfo.several``, from the schema) and an evicted one among them, which skips
-#    building the list where rule 2 or the empty first pass would do nothing anyway. Measured on the
+#    inputs as the op records them) and only when it can act: two or more of them, one
+#    evicted (NOTE [ Op protocol ] rule 2); the runtime builds the list only for ops that
+#    may read more than one tensor (``OpInfo.several``, from the schema). Measured on the
 #    twin: docs/history/simulator-log.md, Tight budgets on TinyGPT.
 # 4. The inputs it made resident stay locked while the next evicted one is recomputed; the
 #    inputs that were resident are not locked, so a recomputation may evict one. So it runs
@@ -297,8 +319,11 @@ class Core(Evictor, Rematerializer, Anchors):
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         self.bw: list[int] = []  # backward storages still pinned
-        self.deferred: list[int] = []  # inputs of the op in flight not yet locked (NOTE
-        self.input_locks: list[int] = []  # [ Deferred locks ]) and those locked since
+        # The op in flight's inputs (NOTE [ Op protocol ]): those recomputed for it, locked;
+        # those resident and not yet locked, and those locked since (NOTE [ Deferred locks ])
+        self.recomputed: list[int] = []
+        self.deferred: list[int] = []
+        self.input_locks: list[int] = []
         self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
         self.anc_sums: dict[int, AncestorSum] = {}  # sid -> its kept sum (ibid. rule 6)
         self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
@@ -536,20 +561,19 @@ class Core(Evictor, Rematerializer, Anchors):
         if self.lazy and self.budget is not None and self.resident > self.budget:
             self.sync()
 
-    def use(self, sid: int) -> bool:
+    def use(self, sid: int) -> None:
         """``sid`` is a tracked input of the op about to run: make it resident, keep it
-        resident until the op ran, record the access. True if it was locked (the caller
-        unlocks it once the op ran); a resident input is locked only if something may evict
-        before then (NOTE [ Deferred locks ]), and :meth:`release_inputs` unlocks it."""
+        resident until the op ran, record the access. A recomputed input stays locked, a
+        resident one is locked only if something may evict before then (NOTE [ Deferred
+        locks ]); :meth:`release_inputs` unlocks both (NOTE [ Op protocol ])."""
         if self.lazy:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
             self.seen[sid] = self.now
-            return False
-        locked = False
+            return
         if self.state[sid] != RESIDENT:
             if self.deferred:
                 self.lock_inputs()
             self.materialize(sid)
-            locked = True
+            self.recomputed.append(sid)
         elif self.evicting:
             self.deferred.append(sid)
         slot = self.eslot[sid]
@@ -557,16 +581,15 @@ class Core(Evictor, Rematerializer, Anchors):
             self.engine.access(slot, self.now)
         else:  # NOTE [ Backward storages ] rule 5 in evict.py: its last use, for admit
             self.seen[sid] = self.now
-        return locked
 
-    def use_evicted(self, sids: list[int], locked: list[int]) -> None:
+    def use_evicted(self, sids: list[int]) -> None:
         """NOTE [ Evicted inputs first ]: make resident the evicted storages among ``sids``
         (the op's tracked inputs, in argument order) before any of its inputs is used; each
-        one recomputed is appended to ``locked`` (locked once; the caller unlocks it after
-        the op ran, or on error). Nothing for fewer than two (rule 2)."""
+        one recomputed stays locked until :meth:`release_inputs`. Nothing for fewer than two
+        (rule 2)."""
         if len(sids) < 2:
             return
-        state, mine = self.state, []
+        state, mine, locked = self.state, [], self.recomputed
         for _ in range(len(sids) + 1):  # rule 4: rounds, until every input is resident
             todo = [sid for sid in sids if state[sid] == EVICTED]
             if not todo:
@@ -599,9 +622,22 @@ class Core(Evictor, Rematerializer, Anchors):
             locked.append(sid)
         self.deferred.clear()
 
+    def lock_input(self, sid: int) -> None:
+        """Lock resident input ``sid`` of the op in flight until :meth:`release_inputs`
+        (the runtime's out-of-memory retry on a lazy core: NOTE [ Out-of-memory fallback ]
+        in runtime/oom.py)."""
+        self.lock(sid)
+        self.input_locks.append(sid)
+
     def release_inputs(self) -> None:
-        """The op in flight ran (or failed): unlock what :meth:`lock_inputs` locked and
-        forget what :meth:`use` deferred (NOTE [ Deferred locks ] rule 3)."""
+        """The op in flight ran (or failed): unlock the inputs recomputed for it, then what
+        :meth:`lock_inputs` locked, and forget what :meth:`use` deferred (NOTE [ Op
+        protocol ], NOTE [ Deferred locks ] rule 3). Cheap when there is nothing to do."""
+        if self.recomputed:
+            unlock = self.unlock
+            for sid in self.recomputed:
+                unlock(sid)
+            self.recomputed.clear()
         self.deferred.clear()
         locked = self.input_locks
         if locked:

@@ -460,19 +460,18 @@ class Session:
             self.freeze()
 
     def _call(self, info, args, kwargs):
-        core, func = self.core, info.func
-        locked: list[int] = []  # sids locked for this op
+        core, func = self.core, info.func  # NOTE [ Op protocol ] in core/core.py
         self.depth += 1
         core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
             if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
-                self._use_evicted(info, args, kwargs, locked)
+                self._use_evicted(info, args, kwargs)
             inputs, parents, wrote = [], [], []
             written = info.written
             pargs = list(args)
             if info.flat is not None:  # single positional tensors: walk them directly
                 pkw = kwargs
-                n, lazy, seen, now = len(args), core.lazy, core.seen, core.now
+                n, lazy = len(args), core.lazy
                 for i in info.flat:
                     if i >= n:
                         break
@@ -481,14 +480,10 @@ class Session:
                         cell = v._cell
                         s = cell.storage
                         if cell.session is self and s.recipe is not None:
-                            if not lazy:
-                                if core.use(s.sid):  # may recompute it: s.buf after
-                                    locked.append(s.sid)
-                            elif s.buf is not None:
-                                seen[s.sid] = now  # NOTE [ Lazy engine ] rule 1
-                            else:
-                                pargs[i] = self._in(v, i, -1, False, inputs, locked, parents, wrote)
+                            if lazy and s.buf is None:
+                                pargs[i] = self._in(v, i, -1, False, inputs, parents, wrote)
                                 continue
+                            core.use(s.sid)  # may recompute it: s.buf after
                             parents.append(s.sid)
                             view = v._view
                             inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
@@ -496,10 +491,10 @@ class Session:
                             pargs[i] = buf if view is None else derive(buf, view)
                             continue
                     if v is not None:
-                        pargs[i] = self._in(v, i, -1, i in written, inputs, locked, parents, wrote)
+                        pargs[i] = self._in(v, i, -1, i in written, inputs, parents, wrote)
             else:
                 pkw = dict(kwargs)
-                self._walk(info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote)
+                self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
             if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
                 for k, e in enumerate(inputs):
                     if e.mode == PLAIN and e.key in written:
@@ -525,8 +520,7 @@ class Session:
                         core.sync()
                         for inp in inputs:
                             if inp.mode <= WRITE and inp.source.buf is not None:
-                                core.lock(inp.source.sid)
-                                locked.append(inp.source.sid)
+                                core.lock_input(inp.source.sid)
                     if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
                         rewind_rng(rng)
                     if not evict_for_retry(core, attempt):
@@ -544,10 +538,7 @@ class Session:
                     cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
                 if timer is not None:
                     timer.stop(cost)
-            for sid in locked:
-                core.unlock(sid)
-            locked.clear()
-            core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
+            core.release_inputs()
             parents = tuple(parents)
             if info.fresh1:  # one fresh output: outputs' common case
                 if (
@@ -592,9 +583,7 @@ class Session:
                 self.observer.attempted(info, args, kwargs)
             raise
         finally:
-            for sid in locked:
-                core.unlock(sid)
-            if core.deferred or core.input_locks:
+            if core.recomputed or core.deferred or core.input_locks:  # an error: the op's locks
                 core.release_inputs()
             if self.absorbed:  # NOTE [ Fused versions ] rule 5: before ``end`` frees the ids
                 for s in self.absorbed:
@@ -633,9 +622,10 @@ class Session:
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
             self._precision = devices.precision_flags()  # NOTE [ Precision flags ]
 
-    def _use_evicted(self, info, args, kwargs, locked: list[int]) -> None:
+    def _use_evicted(self, info, args, kwargs) -> None:
         """NOTE [ Evicted inputs first ] in core/core.py: the op's tracked inputs, in the
-        order ``_in`` records them, to ``Core.use_evicted`` if one of them is evicted."""
+        order ``_in`` records them, to ``Core.use_evicted`` if they are two or more and one
+        of them is evicted (NOTE [ Op protocol ] rule 2)."""
         sids, evicted, state = [], False, self.core.state
         n = len(args)
         for i, kind, name in info.args:
@@ -649,10 +639,10 @@ class Session:
                     if cell.session is self and st.recipe is not None:
                         sids.append(st.sid)
                         evicted = evicted or state[st.sid] == EVICTED
-        if evicted:
-            self.core.use_evicted(sids, locked)
+        if evicted and len(sids) > 1:
+            self.core.use_evicted(sids)
 
-    def _walk(self, info, args, kwargs, pargs, pkw, inputs, locked, parents, wrote) -> None:
+    def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
         written = info.written
         for i, kind, name in info.args:
@@ -667,24 +657,21 @@ class Session:
             key = i if name is None else name
             w = key in written if written else False
             if kind == ONE:
-                pv = self._in(v, key, -1, w, inputs, locked, parents, wrote)
+                pv = self._in(v, key, -1, w, inputs, parents, wrote)
             else:
-                pv = [
-                    self._in(t, key, j, w, inputs, locked, parents, wrote) for j, t in enumerate(v)
-                ]
+                pv = [self._in(t, key, j, w, inputs, parents, wrote) for j, t in enumerate(v)]
             if name is None:
                 pargs[i] = pv
             else:
                 pkw[name] = pv
 
-    def _in(self, v, key, j, w, inputs, locked, parents, wrote):
+    def _in(self, v, key, j, w, inputs, parents, wrote):
         """The plain value of tensor argument ``v``; records it in ``inputs``."""
         if type(v) in WRAPPER_TYPES:
             cell = v._cell
             s = cell.storage
             if cell.session is self and s.recipe is not None:
-                if self.core.use(s.sid):
-                    locked.append(s.sid)
+                self.core.use(s.sid)
                 parents.append(s.sid)
                 view = v._view
                 inputs.append(_new_tuple(Input, (key, j, s, view, None, WRITE if w else READ)))

@@ -13,7 +13,9 @@
 #    output is a ``new`` storage of the op's cost whose parents are the tracked inputs not
 #    flagged ``BLANK``; then ``end``. Constants are external: never used, never counted.
 # 3. Between ops: the last ``release`` of a storage's tensors releases it (its buffer is
-#    freed, it stays recomputable), ``forget`` forgets it, ``materialize`` makes it resident
+#    freed, it stays recomputable), unless an in-place write handed it out already (the
+#    trace releases the old version's tensors after the write: the runtime has no wrapper
+#    of it left to release), ``forget`` forgets it, ``materialize`` makes it resident
 #    (and unlocks it), ``freeze`` freezes. ``output``, ``retain`` of a released storage and
 #    ``annotate`` change nothing.
 # 4. For a trace recorded by ``tritondtr.trace(budget=B, heuristic=H)``, a replay at B and H
@@ -46,7 +48,7 @@ from collections.abc import Callable
 import torch
 
 from ..core import BudgetError, Core, ThrashError
-from ..engine.residency import EXTERNAL, FREE, RESIDENT
+from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .replay import RunStats
 
@@ -159,6 +161,7 @@ class _Twin:
         self.base = [-1] * n  # -1: a constant or an untracked placeholder
         self.sid = [-1] * n  # per base tensor; -1 once forgotten
         self.refs = [0] * n  # per base tensor
+        self.handed = bytearray(n)  # per base tensor: its version was written in place
         self.compute = 0.0
         tr = trace
         self.in_ptr, self.inputs = tr.in_ptr.tolist(), tr.inputs.tolist()
@@ -174,7 +177,7 @@ class _Twin:
         self.name = [names[i] for i in tr.op_name.tolist()] if names else ["op"] * tr.num_ops
 
     def run(self, on_event) -> None:
-        core, base, sid_of, refs = self.core, self.base, self.sid, self.refs
+        core, base, sid_of, refs, handed = self.core, self.base, self.sid, self.refs, self.handed
         kinds, args = self.t.kind.tolist(), self.t.arg.tolist()
         call = self._call
         for i in range(0, len(kinds), _BLOCK):
@@ -187,7 +190,7 @@ class _Twin:
                     b = base[a]
                     if b >= 0:
                         r = refs[b] = refs[b] - 1
-                        if r == 0 and sid_of[b] >= 0:
+                        if r == 0 and sid_of[b] >= 0 and not handed[b]:  # rule 3
                             core.release(sid_of[b])
                 elif k == _FORGET:
                     b = base[a]
@@ -217,14 +220,12 @@ class _Twin:
             return self._attempt(o)
         core, base, sid_of = self.core, self.base, self.sid
         inputs, lo = self.inputs, self.in_ptr[o]
-        core.prepare()
-        locked, parents = [], []
-        self._use(o, locked, parents)
+        core.prepare()  # NOTE [ Op protocol ] in core/core.py
+        parents = []
+        self._use(o, parents)
         name = self.name[o]
         core.begin(name)
-        for s in locked:
-            core.unlock(s)
-        core.release_inputs()  # NOTE [ Deferred locks ] rule 3 in core/core.py
+        core.release_inputs()
         parents = tuple(parents)
         cost = self.cost[o]
         self.compute += cost
@@ -245,6 +246,7 @@ class _Twin:
             if w >= 0:
                 old = sid_of[base[inputs[lo + w]]]
                 core.hand_out(old)
+                self.handed[base[inputs[lo + w]]] = 1  # rule 3: its tensors release nothing
                 # NOTE [ Fused versions ] rule 3 in core/core.py: the op's only write?
                 alone = (
                     sum(writes[u] >= 0 for u in range(self.out_ptr[o], self.out_ptr[o + 1])) == 1
@@ -267,9 +269,10 @@ class _Twin:
             refs[t] = 1
         core.end()
 
-    def _use(self, o: int, locked: list[int], parents: list[int]) -> None:
-        """Rule 2's ``use`` of op ``o``'s tracked inputs, in input order: the storages it
-        locked go to ``locked``, those that are its parents (not ``BLANK``) to ``parents``."""
+    def _use(self, o: int, parents: list[int]) -> None:
+        """Rule 2's ``use`` of op ``o``'s tracked inputs, in input order (NOTE [ Op protocol ]
+        rule 2 in core/core.py); those that are its parents (not ``BLANK``) go to
+        ``parents``."""
         core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
         inputs, in_flags = self.inputs, self.in_flags
         used = []
@@ -283,11 +286,12 @@ class _Twin:
             used.append(s)
             if not in_flags[p] & _BLANK:
                 parents.append(s)
-        if not core.lazy:  # NOTE [ Evicted inputs first ] in core/core.py
-            core.use_evicted(used, locked)
+        if (  # NOTE [ Evicted inputs first ] in core/core.py
+            not core.lazy and len(used) > 1 and any(state[s] == EVICTED for s in used)
+        ):
+            core.use_evicted(used)
         for s in used:
-            if core.use(s):
-                locked.append(s)
+            core.use(s)
 
     def _attempt(self, o: int) -> None:
         """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
@@ -295,13 +299,10 @@ class _Twin:
         ends it; its locks are released; no output, no ``end``, no compute."""
         core = self.core
         core.prepare()
-        locked = []
         try:
-            self._use(o, locked, [])
+            self._use(o, [])
             core.begin(self.name[o])
         except BudgetError:
             pass
         finally:
-            for s in locked:
-                core.unlock(s)
             core.release_inputs()
