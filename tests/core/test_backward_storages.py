@@ -74,7 +74,7 @@ def test_admitted_when_nothing_else_is_left_with_the_same_victims():
         core, _, s = _core(10**6, admitted)
         for n in ("a", "b", "c"):
             core.drop(s[n])  # nothing but backward storages is left to evict
-        core.budget = 60
+        core.bytes.set_budget(60)
         core.begin("op")  # 150 bytes of gradients: two of them must go
         core.end()
         assert core.resident <= 60 and core.stats.backward_unpins >= 1
@@ -91,7 +91,7 @@ def test_a_kept_out_input_keeps_its_lock_when_admitted():
     core, _, s = _core(10**6)
     for n in ("a", "b", "c"):
         core.drop(s[n])
-    core.budget = 60
+    core.bytes.set_budget(60)
     core.use(s["g1"])
     core.begin("op")  # over budget: g1 locked, then admitted with its lock
     assert core.state[s["g1"]] == RESIDENT

@@ -57,13 +57,13 @@ def test_room_made_before_the_op_never_takes_its_inputs():
 def test_recomputing_an_input_never_takes_the_inputs_used_before_it():
     core, ex, s = _core(10**6)
     core.drop(s["b"])
-    core.budget = 150  # b's recomputation must make room: a is the best victim
+    core.bytes.set_budget(150)  # b's recomputation must make room: a is the best victim
     core.use(s["a"])
     core.use(s["b"])
     assert ex.recomputed == [s["b"]] and core.recomputed == [s["b"]]
     assert core.state[s["a"]] == RESIDENT and core.state[s["c"]] == EVICTED
     assert _lock_count(core, s["a"]) == 1 and _lock_count(core, s["b"]) == 1
-    core.budget = 10**6
+    core.bytes.set_budget(10**6)
     core.begin("op")
     core.release_inputs()  # NOTE [ Op protocol ]: the recomputed input too
     assert _lock_count(core, s["a"]) == 0 and _lock_count(core, s["b"]) == 0
@@ -83,7 +83,7 @@ def test_an_out_of_memory_retry_locks_the_inputs_first():
 
 def test_a_failed_op_leaves_no_lock_behind():
     core, _, s = _core(10**6)
-    core.budget = 50  # nothing can be evicted once a, b and c are inputs
+    core.bytes.set_budget(50)  # nothing can be evicted once a, b and c are inputs
     for name in "abc":
         core.use(s[name])
     with pytest.raises(BudgetError):

@@ -61,7 +61,7 @@ def test_a_gradient_near_a_resident_one_is_unpinned_before_a_running_sum():
 
 def test_the_budget_evicts_the_near_gradient_and_keeps_the_running_sum():
     core, s, n = _backward_scene()
-    core.budget = core.resident - 50  # one 100-byte victim; f is locked by the op's use
+    core.bytes.set_budget(core.resident - 50)  # one 100-byte victim; f is locked by the op's use
     core.use(core.inputs[s][1])  # the op in flight reads f
     core.begin("op")
     core.release_inputs()
@@ -125,7 +125,7 @@ def test_a_held_reader_is_rematerialized_before_its_input_is_released():
 
 def test_no_reader_is_rematerialized_when_that_would_evict():
     core, ex, x, d = _reader_scene(150)  # 100 resident: within the budget, d would fit ...
-    core.budget = 99  # ... not now: over the budget, rematerializing d must evict nothing
+    core.bytes.set_budget(99)  # ... not now: over the budget, rematerializing d must evict nothing
     core.release(x)
     assert ex.recomputed == [] and core.state[d] == EVICTED
     core.check_invariants()
@@ -210,7 +210,7 @@ def test_inputs_made_resident_give_way_to_one_that_does_not_fit_beside_them():
     core.release(sid["p"])
     core.drop(sid["a"])
     core.drop(sid["b"])
-    core.budget = 250
+    core.bytes.set_budget(250)
     core.use_evicted([sid["a"], sid["b"]])
     assert core.state[sid["a"]] == RESIDENT and core.state[sid["b"]] == RESIDENT
     assert core.recomputed == [sid["b"], sid["a"]] and core.stats.budget_errors == 0

@@ -86,14 +86,10 @@ class Anchors:
 
     def grow_outside(self, nbytes: int, what: str) -> None:
         """The rank now holds ``nbytes`` more outside the tracked storages (rule 5)."""
-        self.outside += nbytes
-        self.op_bytes = 0
-        self.grow(nbytes)
+        self.bytes.grow_outside(nbytes)
         if self.over_budget():  # Evictor.over_budget (core/evict.py)
             self.sync()
             self.make_room(what)
 
     def shrink_outside(self, nbytes: int) -> None:
-        self.outside -= nbytes
-        self.resident -= nbytes
-        self.stats.resident_bytes = self.resident
+        self.bytes.shrink_outside(nbytes)

@@ -214,6 +214,7 @@ import torch
 
 from ..engine.engine import Engine
 from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
+from .account import ByteAccount
 from .anchors import Anchors
 from .errors import BudgetError, ThrashError
 from .evict import AncestorSum, Evictor
@@ -281,7 +282,6 @@ class Core(Evictor, Rematerializer, Anchors):
         reuse: int = 0,
         table_device: torch.device | str | None = None,
     ) -> None:
-        self.budget = budget
         self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
         self.heuristic = heuristic
@@ -291,13 +291,12 @@ class Core(Evictor, Rematerializer, Anchors):
         self.evicting = budget is not None or stress
         self.pin_backward = pin_backward and self.evicting
         self.stats = stats if stats is not None else CoreStats()
+        self.bytes = ByteAccount(budget, self.stats)  # NOTE [ Budget accounting ]
         self.engine: Engine | None = None
         self.device: torch.device | None = None
         self.lazy = not stress  # NOTE [ Lazy engine ]
         self.closed = False
         self.now = 0  # the clock: +1 per op and per recomputation
-        self.resident = 0
-        self.op_bytes = 0  # bytes added by the op in flight
         # Per core id: lists indexed by sid.
         self.size: list[int] = []
         self.cost: list[float] = []
@@ -335,7 +334,6 @@ class Core(Evictor, Rematerializer, Anchors):
         self.out_locks: dict[int, int] = {}
         self.bw_admitted = False
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
-        self.outside = 0  # bytes counted beside the tracked storages (rule 5 there)
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
         # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
         self.readers: dict[int, dict[int, None]] | None = (
@@ -409,7 +407,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
         else:
             self._enter(sid, pinned, backward)
-        self.grow(size)
+        self.bytes.grow(size)
         if links:  # NOTE [ Fused versions ] rules 4 and 6: the recipes its replay nests
             self.links[sid] = links
             if p >= 0:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
@@ -523,16 +521,15 @@ class Core(Evictor, Rematerializer, Anchors):
             sid_of.extend([-1] * (slot + 1 - len(sid_of)))
         sid_of[slot] = sid
 
-    def grow(self, nbytes: int) -> None:
-        """Count ``nbytes`` more resident (a new or recomputed buffer); peaks follow."""
-        r = self.resident = self.resident + nbytes
-        st = self.stats
-        b = self.op_bytes = self.op_bytes + nbytes
-        if b > st.max_op_out_bytes:
-            st.max_op_out_bytes = b
-        st.resident_bytes = r
-        if r > st.peak_bytes:
-            st.peak_bytes = r
+    @property
+    def budget(self) -> int | None:
+        """The budget in bytes (None: none); set through ``bytes.set_budget``."""
+        return self.bytes.budget
+
+    @property
+    def resident(self) -> int:
+        """The bytes counted against the budget (NOTE [ Budget accounting ])."""
+        return self.bytes.resident
 
     def sync(self) -> None:
         """NOTE [ Lazy engine ] rule 2: build the engine and enter every live storage."""
@@ -558,7 +555,7 @@ class Core(Evictor, Rematerializer, Anchors):
     # ------------------------------------------------------------------ ops
     def prepare(self) -> None:
         """Before an op reads its inputs: NOTE [ Lazy engine ] rule 2."""
-        if self.lazy and self.budget is not None and self.resident > self.budget:
+        if self.lazy and self.bytes.over():
             self.sync()
 
     def use(self, sid: int) -> None:
@@ -650,7 +647,7 @@ class Core(Evictor, Rematerializer, Anchors):
         """Op ``name`` runs next: advance the clock and make room (NOTE [ Budget accounting ]
         rule 2)."""
         self.now += 1
-        if self.budget is not None and self.resident > self.budget:
+        if self.bytes.over():
             if self.deferred:  # NOTE [ Deferred locks ] rule 2
                 self.lock_inputs()
             try:
@@ -658,7 +655,7 @@ class Core(Evictor, Rematerializer, Anchors):
             except BudgetError:
                 self.stats.budget_errors += 1
                 raise
-        self.op_bytes = 0
+        self.bytes.new_op()
 
     def end(self) -> None:
         """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4; the ids of the
@@ -758,16 +755,14 @@ class Core(Evictor, Rematerializer, Anchors):
         self.state[sid] = EVICTED
         if self.anc_border:  # NOTE [ Unheld storages ] rule 6 in evict.py
             self.forget_ancestors(sid, True)
-        self.resident -= self.size[sid]
-        self.stats.resident_bytes = self.resident
+        self.bytes.shrink(self.size[sid])
         if free:
             self.executor.free(sid)
 
     def externalize(self, sid: int) -> None:
         """Turn resident, unlocked ``sid`` into an external storage for good: it keeps its
         buffer and value, leaves the engine and the byte count (NOTE [ Parameter writes ])."""
-        self.resident -= self.size[sid]
-        self.stats.resident_bytes = self.resident
+        self.bytes.shrink(self.size[sid])
         if self.lazy:
             self.lazy_live.pop(sid, None)
         elif self.eslot[sid] >= 0:
@@ -806,8 +801,7 @@ class Core(Evictor, Rematerializer, Anchors):
         reads passed to that one, its id free once the op ends."""
         if not absorbed:
             if self.state[sid] == RESIDENT:
-                self.resident -= self.size[sid]
-                self.stats.resident_bytes = self.resident
+                self.bytes.shrink(self.size[sid])
             nread = self.nread
             for i in self.inputs[sid]:
                 nread[i] -= 1
@@ -885,8 +879,9 @@ class Core(Evictor, Rematerializer, Anchors):
         if self.engine is not None and not self.lazy:
             self.engine.check_invariants()
         self.check_ancestor_sums()
-        assert total + self.outside == self.resident, (
-            f"resident bytes {self.resident} != storages {total} + outside {self.outside}"
+        acc = self.bytes
+        assert total + acc.outside == acc.resident, (
+            f"resident bytes {acc.resident} != storages {total} + outside {acc.outside}"
         )
         assert set(self.out_locks) <= set(self.bw_out), "locks of storages not kept out"
         for sid in self.anchored:

@@ -388,25 +388,25 @@ class Evictor:
 
     def over_budget(self) -> bool:
         """Would :meth:`make_room` evict now? (NOTE [ Budget accounting ] rule 2)"""
-        budget = self.budget
-        return budget is not None and not self.closed and self.resident > budget
+        return not self.closed and self.bytes.over()
 
     def make_room(self, op: str) -> None:
         """NOTE [ Budget accounting ] rules 2 and 3, before ``op`` runs."""
         if not self.over_budget():
             return
-        budget = self.budget
+        acc = self.bytes
+        budget = acc.budget
         if self.lazy:
             raise AssertionError(
                 "bug of tritondtr: over budget while the engine is deferred "
                 "(NOTE [ Lazy engine ] rule 2)"
             )
         if self.engine is None:  # nothing tracked yet: outside bytes alone exceed it
-            raise BudgetError(op, self.resident, budget, self.describe_pinned())
+            raise BudgetError(op, acc.resident, budget, self.describe_pinned())
         first = True
-        while self.resident > budget:
+        while acc.resident > budget:
             if not self.evict_one(first):
-                raise BudgetError(op, self.resident, budget, self.describe_pinned())
+                raise BudgetError(op, acc.resident, budget, self.describe_pinned())
             first = False
 
     def evict_all(self) -> int:
@@ -446,6 +446,6 @@ class Evictor:
             f"{nl} storages locked as inputs of the op in flight ({locked} bytes), "
             f"{np_} pinned ({pinned} bytes)"
         )
-        if self.outside:
-            text += f", {self.outside} bytes outside the tracked storages (FSDP2 parameters)"
+        if self.bytes.outside:
+            text += f", {self.bytes.outside} bytes outside the tracked storages (FSDP2 parameters)"
         return text

@@ -180,7 +180,7 @@ class Rematerializer:
                     done = stats.rematerializations - remats0
                     if done > _THRASH * len(pushed) and done > _THRASH_MIN:  # rule 6
                         stats.budget_errors += 1
-                        raise ThrashError(self.name[target], self.budget, done, len(pushed))
+                        raise ThrashError(self.name[target], self.bytes.budget, done, len(pushed))
                 stack.pop()
                 self.lock(sid)  # for the parent frame, or for the caller
                 if frame.parent is not None:
@@ -249,7 +249,7 @@ class Rematerializer:
             self.drop(consume, free=False)
         try:
             self.make_room(self.name[sid])
-            self.op_bytes = 0
+            self.bytes.new_op()
             if consume >= 0:
                 self.executor.recompute(sid, consume)
             else:
@@ -268,4 +268,4 @@ class Rematerializer:
             self.unheld[sid] = None
         if self.pinned[sid]:
             self.engine.pin(slot)
-        self.grow(self.size[sid])
+        self.bytes.grow(self.size[sid])

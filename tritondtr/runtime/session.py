@@ -318,7 +318,7 @@ class Session:
             self.start(dev)
         where = dev or devices.default_device()
         if isinstance(config.budget, devices.MemoryShare):
-            core.budget = config.budget.resolve(where)
+            core.bytes.set_budget(config.budget.resolve(where))
         self.stats._budget = core.budget
         if where.type == "cuda":
             devices.reset_peak(where)
