@@ -1,4 +1,4 @@
-"""NOTE [ Unheld storages ] in tritondtr/core/evict.py: a resident storage no wrapper holds is
+"""NOTE [ Unheld storages ] in tritondtr/core/unheld.py: a resident storage no wrapper holds is
 scored by its evicted ancestors, not by its evicted descendants' class; the core is driven
 directly with a counting executor."""
 
@@ -10,7 +10,7 @@ import torch
 import tritondtr
 from tests.core_executor import Counting
 from tritondtr.core import Core
-from tritondtr.core.evict import Evictor
+from tritondtr.core.unheld import UnheldScorer
 from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.sim import runtime_peak
 from tritondtr.sim.twin import replay_runtime
@@ -62,7 +62,7 @@ def test_an_unheld_intermediate_is_scored_by_its_ancestors(heuristic):
     assert core.state[s["b"]] == EVICTED and core.state[s["x"]] == RESIDENT
     assert core.stats.evictions == 1 and core.stats.rematerializations == 2
     assert core.evict_one()  # the next choice drops b from the rule's candidates (rule 4)
-    assert core.state[s["x"]] == EVICTED and core.unheld == {}
+    assert core.state[s["x"]] == EVICTED and core.scorer.unheld == {}
     core.check_invariants()
 
 
@@ -72,7 +72,7 @@ def test_expensive_ancestors_keep_an_unheld_intermediate():
     core.drop(s["a"])  # b's recomputation needs a again: (1 + 5000) / (100 x 7) = 7.1
     assert core.evict_one()
     assert core.state[s["x"]] == EVICTED and core.state[s["b"]] == RESIDENT
-    assert list(core.unheld) == [s["b"]]
+    assert list(core.scorer.unheld) == [s["b"]]
     core.check_invariants()
 
 
@@ -128,7 +128,7 @@ def test_an_unheld_engine_victim_is_scored_by_its_ancestors_too(heuristic):
         core.unlock(s[name])
     for name in ("x", "pc", "qc"):
         core.drop(s[name])
-    assert list(core.unheld) == [s["p"], s["q"]]
+    assert list(core.scorer.unheld) == [s["p"], s["q"]]
     # engine: p (1 + 10) / (100 x 8) = 0.0138, q (1 + 1005 + ...) / ... = 1.68; the rule:
     # p 1 / (100 x 8) = 0.0013 (a is resident), q (1 + 5) / (100 x 6) = 0.01 (x evicted)
     assert core.engine.select(core.now, 1) == [core.eslot[s["p"]]]
@@ -204,22 +204,22 @@ def test_kept_ancestor_sums_agree_with_a_fresh_walk(monkeypatch, frac):
     rarely meets a sum kept from an earlier one (19 walks, 18 sums read)."""
     trace = _gru_trace()
     counts = {"choices": 0, "walks": 0, "kept": 0}
-    choose, walk = Evictor._unheld_victim, Evictor._ancestors_cost
+    choose, walk = UnheldScorer.victim, UnheldScorer.ancestors_cost
 
-    def checked_choose(self, v):
-        self.check_ancestor_sums()
+    def checked_choose(self, eng, v, now):
+        self.check()
         counts["choices"] += 1
-        counts["kept"] += sum(1 for sid in self.unheld if sid in self.anc_sums)
-        out = choose(self, v)
-        self.check_ancestor_sums()
+        counts["kept"] += sum(1 for sid in self.unheld if sid in self.sums)
+        out = choose(self, eng, v, now)
+        self.check()
         return out
 
     def counted_walk(self, *args):
         counts["walks"] += 1
         return walk(self, *args)
 
-    monkeypatch.setattr(Evictor, "_unheld_victim", checked_choose)
-    monkeypatch.setattr(Evictor, "_ancestors_cost", counted_walk)
+    monkeypatch.setattr(UnheldScorer, "victim", checked_choose)
+    monkeypatch.setattr(UnheldScorer, "ancestors_cost", counted_walk)
     st, core = replay_runtime(trace, "dtr_eq", int(frac * runtime_peak(trace)))
     assert st.status == "ok" and st.evictions > 0
     assert counts["choices"] > 10 and counts["kept"] > counts["walks"] > 0, counts

@@ -217,9 +217,10 @@ from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from .account import ByteAccount
 from .anchors import Anchors
 from .errors import BudgetError, ThrashError
-from .evict import AncestorSum, Evictor
+from .evict import Evictor
 from .remat import Rematerializer
 from .stats import CoreStats
+from .unheld import UnheldScorer
 
 __all__ = ["Core", "Executor"]
 
@@ -323,10 +324,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.recomputed: list[int] = []
         self.deferred: list[int] = []
         self.input_locks: list[int] = []
-        self.unheld: dict[int, None] = {}  # recomputed unheld (NOTE [ Unheld storages ])
-        self.anc_sums: dict[int, AncestorSum] = {}  # sid -> its kept sum (ibid. rule 6)
-        self.anc_inside: dict[int, list[int]] = {}  # evicted sid -> sums that count it
-        self.anc_border: dict[int, list[int]] = {}  # resident sid -> exact sums it bounds
+        self.scorer = UnheldScorer(  # NOTE [ Unheld storages ] in unheld.py
+            self.state, self.held, self.inputs, self.cost, self.size, self.eslot, self.sid_of
+        )
         self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
         # NOTE [ Backward storages ] rule 5 in evict.py: pinned backward storages kept out of
         # the engine (creation order), their locks, and whether they were let in this step
@@ -424,8 +424,8 @@ class Core(Evictor, Rematerializer, Anchors):
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.set_cost(slot, cost)
-        if sid in self.anc_inside:
-            self.forget_ancestors(sid, False)
+        if sid in self.scorer.inside:
+            self.scorer.forget_ancestors(sid, False)
 
     def _fuse(self, inputs: tuple, cost: float, writes: int, alone: bool) -> tuple:
         """NOTE [ Fused versions ] for :meth:`new`: (parents, the parents whose reader count
@@ -753,8 +753,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.pinned[sid] = 0
         self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
-        if self.anc_border:  # NOTE [ Unheld storages ] rule 6 in evict.py
-            self.forget_ancestors(sid, True)
+        if self.scorer.border:  # NOTE [ Unheld storages ] rule 6 in unheld.py
+            self.scorer.forget_ancestors(sid, True)
         self.bytes.shrink(self.size[sid])
         if free:
             self.executor.free(sid)
@@ -818,11 +818,7 @@ class Core(Evictor, Rematerializer, Anchors):
             self._unread(sid)
         self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
         self.anchored.pop(sid, None)
-        self.unheld.pop(sid, None)  # NOTE [ Unheld storages ] rules 4 and 6
-        if self.anc_sums or self.anc_inside or self.anc_border:  # links outlive their sums
-            self.anc_sums.pop(sid, None)
-            self.anc_inside.pop(sid, None)
-            self.anc_border.pop(sid, None)
+        self.scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
         if self.links:
             self.links.pop(sid, None)
         if not absorbed:
@@ -878,7 +874,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 assert not self.engine.lock_count(slot), f"storage {sid} locked between ops"
         if self.engine is not None and not self.lazy:
             self.engine.check_invariants()
-        self.check_ancestor_sums()
+        self.scorer.check()
         acc = self.bytes
         assert total + acc.outside == acc.resident, (
             f"resident bytes {acc.resident} != storages {total} + outside {acc.outside}"

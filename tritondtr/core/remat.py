@@ -64,7 +64,7 @@ recomputation runs through the core's executor under the budget.
 #    recomputation, the copy is waste: memory the budget must find by evicting, and a copy.
 # 2. So a recomputation of version ``sid`` of storage ``p`` (``Core.writes``) *consumes* ``p``
 #    when ``p`` is resident, held by no wrapper (the program never reads it again: NOTE
-#    [ Unheld storages ] rule 1 in evict.py), not pinned or anchored, read once by the op,
+#    [ Unheld storages ] rule 1 in unheld.py), not pinned or anchored, read once by the op,
 #    and locked by nobody but this frame: ``p`` is evicted first (its bytes leave the count
 #    before room is made), and the replay writes ``p``'s buffer itself, which becomes
 #    ``sid``'s. ``p`` keeps its recipe, like any evicted storage.
@@ -259,13 +259,14 @@ class Rematerializer:
                 self.executor.free(consume)
             raise
         self.state[sid] = RESIDENT
-        if self.anc_inside:  # NOTE [ Unheld storages ] rule 6 in evict.py
-            self.forget_ancestors(sid, False)
+        scorer = self.scorer
+        if scorer.inside:  # NOTE [ Unheld storages ] rule 6 in unheld.py
+            scorer.forget_ancestors(sid, False)
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)
         self.stats.rematerializations += 1
-        if not self.held[sid]:  # NOTE [ Unheld storages ] rule 4 in evict.py
-            self.unheld[sid] = None
+        if not self.held[sid]:  # NOTE [ Unheld storages ] rule 4 in unheld.py
+            scorer.recomputed(sid)
         if self.pinned[sid]:
             self.engine.pin(slot)
         self.bytes.grow(self.size[sid])
