@@ -1,4 +1,4 @@
-"""NOTE [ Backward storages ] rule 5 in tritondtr/core/evict.py: backward storages stay out of
+"""NOTE [ Backward storages ] rule 5 in tritondtr/core/backward.py: backward storages stay out of
 the engine until rule 2 needs them; the core is driven directly with a counting executor."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _core(budget: int, admitted: bool = False):
         core.begin(name)
         s[name] = core.new(100, cost, tuple(s[n] for n in parents), name)
         core.end()
-    core.bw_admitted = admitted
+    core.pins.admitted = admitted
     for name, parents in (("g1", ("c",)), ("g2", ("g1", "b")), ("g3", ("g2", "a"))):
         for p in parents:
             core.use(s[p])
@@ -40,7 +40,7 @@ def test_backward_storages_stay_out_of_the_engine():
     eng = core.engine
     assert [core.eslot[s[n]] >= 0 for n in ("a", "b", "c")] == [True] * 3
     assert [core.eslot[s[n]] for n in ("g1", "g2", "g3")] == [-1] * 3
-    assert len(eng.table) == 3 and list(core.bw_out) == [s["g1"], s["g2"], s["g3"]]
+    assert len(eng.table) == 3 and list(core.pins.out) == [s["g1"], s["g2"], s["g3"]]
     core.use(s["g1"])
     core.begin("read")
     core.release_inputs()
@@ -52,7 +52,7 @@ def test_backward_storages_stay_out_of_the_engine():
     core.check_invariants()
     core.admit_backward()  # what rule 2 does first: pinned if resident, its last use
     slot = core.eslot[s["g1"]]
-    assert slot >= 0 and eng.is_evicted(slot) and not core.bw_out
+    assert slot >= 0 and eng.is_evicted(slot) and not core.pins.out
     assert eng.table.host_last_access[slot] == core.seen[s["g1"]]
     assert not eng.is_candidate(core.eslot[s["g2"]]) and eng.is_resident(core.eslot[s["g2"]])
     core.check_invariants()
@@ -62,7 +62,7 @@ def test_freeze_makes_kept_out_storages_external():
     core, ex, s = _core(10**6)
     core.freeze()  # the step ends: held storages become external, those kept out too
     assert [core.state[s[n]] for n in ("g1", "g2", "g3")] == [EXTERNAL] * 3
-    assert not core.bw_out and set(ex.kept) >= {s["g1"], s["g2"], s["g3"]}
+    assert not core.pins.out and set(ex.kept) >= {s["g1"], s["g2"], s["g3"]}
     core.check_invariants()
 
 
@@ -78,7 +78,7 @@ def test_admitted_when_nothing_else_is_left_with_the_same_victims():
         core.begin("op")  # 150 bytes of gradients: two of them must go
         core.end()
         assert core.resident <= 60 and core.stats.backward_unpins >= 1
-        assert not core.bw_out and all(core.eslot[s[n]] >= 0 for n in ("g1", "g2", "g3"))
+        assert not core.pins.out and all(core.eslot[s[n]] >= 0 for n in ("g1", "g2", "g3"))
         core.check_invariants()
         runs.append([n for n in ("g1", "g2", "g3") if core.state[s[n]] == EVICTED])
     assert runs[0] == runs[1] and len(runs[0]) == 2
@@ -98,7 +98,7 @@ def test_a_kept_out_input_keeps_its_lock_when_admitted():
     assert core.state[s["g2"]] == EVICTED and core.state[s["g3"]] == EVICTED
     assert core.engine.lock_count(core.eslot[s["g1"]]) == 1
     core.release_inputs()
-    assert core.lock_count(s["g1"]) == 0 and not core.out_locks
+    assert core.lock_count(s["g1"]) == 0 and not core.pins.out_locks
     core.end()
     core.check_invariants()
 
@@ -107,7 +107,7 @@ def test_a_released_gradient_is_admitted_when_recomputed():
     """``u`` (the optimizer's, not a backward storage) reads the released ``g1``: recomputing
     an evicted ``u`` recomputes ``g1``, which enters the engine then."""
     core, ex, s = _core(10**6)
-    core.bw_admitted = False
+    core.pins.admitted = False
     core.use(s["g1"])
     core.begin("update")
     u = core.new(50, 2.0, (s["g1"],), "update")
@@ -119,7 +119,7 @@ def test_a_released_gradient_is_admitted_when_recomputed():
     core.materialize(u)
     core.unlock(u)
     assert ex.recomputed == [s["g1"], u]
-    assert core.eslot[s["g1"]] >= 0 and s["g1"] not in core.bw_out
+    assert core.eslot[s["g1"]] >= 0 and s["g1"] not in core.pins.out
     assert core.state[s["g1"]] == RESIDENT and core.state[u] == RESIDENT
     core.check_invariants()
 
@@ -144,7 +144,7 @@ def test_stress_keeps_no_storage_out():
     core.start(torch.device("cpu"))
     a = _op(core, "a")
     g = _op(core, "g", (a,), backward=True)
-    assert not core.bw_out and core.eslot[g] >= 0
+    assert not core.pins.out and core.eslot[g] >= 0
     assert not core.engine.is_candidate(core.eslot[g])  # pinned (rule 1)
     u = _op(core, "u", (g,))
     assert core.eslot[g] in core.engine.nbhd.parents[core.eslot[u]]

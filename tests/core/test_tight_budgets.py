@@ -1,4 +1,4 @@
-"""Rules for tight budgets: NOTE [ Backward storages ] rule 4 in tritondtr/core/evict.py,
+"""Rules for tight budgets: NOTE [ Backward storages ] rule 4 in tritondtr/core/backward.py,
 NOTE [ Evicted inputs first ] and NOTE [ Readers before release ] in tritondtr/core/core.py;
 a core driven directly with a counting executor, and the runtime against eager and its twin."""
 
@@ -53,9 +53,9 @@ def test_a_gradient_near_a_resident_one_is_unpinned_before_a_running_sum():
     assert not eng.is_candidate(slot[s]) and not eng.is_candidate(slot[n])
     assert core._unpin_backward()  # rule 4: n needs one evicted backward storage, s ten
     assert eng.is_candidate(slot[n]) and not eng.is_candidate(slot[s])
-    assert core.bw == [s]
+    assert core.pins.bw == [s]
     assert core._unpin_backward()  # nothing cheaper is left: the second stage takes s
-    assert eng.is_candidate(slot[s]) and core.bw == []
+    assert eng.is_candidate(slot[s]) and core.pins.bw == []
     core.check_invariants()
 
 

@@ -88,15 +88,15 @@ def test_the_rule_rests_once_backward_storages_were_forced_out():
     the step's freeze."""
     core, _, s = scene("dtr_eq", 200.0)
     g = core.new(100, 1.0, (s["e"],), "grad", backward=True)  # pinned (Backward storages)
-    assert g in core.bw_out and core.eslot[g] < 0  # ibid. rule 5: out of the engine
-    assert core._unpin_backward() and core.bw_forced  # what make_room does when nothing is left
+    assert g in core.pins.out and core.eslot[g] < 0  # ibid. rule 5: out of the engine
+    assert core._unpin_backward() and core.pins.forced  # what make_room does when nothing is left
     assert core.engine.is_candidate(core.eslot[g])  # admitted, then unpinned
     victim = core.engine.choose(core.now)
     assert victim == core.eslot[s["x"]]  # the engine alone (see the first test)
     assert core.evict_one()
     assert core.state[s["x"]] == EVICTED and core.state[s["b"]] == RESIDENT
     core.freeze()  # the step ends: every held storage becomes external, the rule is back
-    assert not core.bw_forced
+    assert not core.pins.forced
     core.check_invariants()
 
 

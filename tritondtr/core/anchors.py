@@ -42,7 +42,7 @@ class Anchors:
         if state != RESIDENT:
             self.materialize(sid)
             self.unlock(sid)
-        elif self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in evict.py
+        elif self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.admit(sid)
         n = self.anchored.get(sid, 0)
         self.anchored[sid] = n + 1
@@ -58,7 +58,7 @@ class Anchors:
         if n == 0:
             return  # its anchors ended (rule 2)
         del self.anchored[sid]
-        if self.pinned[sid] or self.in_bw[sid]:
+        if self.pinned[sid] or self.pins.in_bw[sid]:
             return
         if self.held[sid]:
             self.engine.unpin(self.eslot[sid])

@@ -216,6 +216,7 @@ from ..engine.engine import Engine
 from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
 from .account import ByteAccount
 from .anchors import Anchors
+from .backward import BackwardPins
 from .errors import BudgetError, ThrashError
 from .evict import Evictor
 from .remat import Rematerializer
@@ -309,7 +310,6 @@ class Core(Evictor, Rematerializer, Anchors):
         self.held = bytearray()  # a wrapper of the program holds it
         self.pinned = bytearray()  # never evicted while resident (never_evict)
         self.backward = bytearray()  # created during a backward pass
-        self.in_bw = bytearray()  # listed in ``bw`` (NOTE [ Backward storages ] rule 2)
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
         self.writes: list[int] = []  # the storage it is an in-place version of, or -1
         self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
@@ -318,7 +318,6 @@ class Core(Evictor, Rematerializer, Anchors):
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
-        self.bw: list[int] = []  # backward storages still pinned
         # The op in flight's inputs (NOTE [ Op protocol ]): those recomputed for it, locked;
         # those resident and not yet locked, and those locked since (NOTE [ Deferred locks ])
         self.recomputed: list[int] = []
@@ -327,12 +326,9 @@ class Core(Evictor, Rematerializer, Anchors):
         self.scorer = UnheldScorer(  # NOTE [ Unheld storages ] in unheld.py
             self.state, self.held, self.inputs, self.cost, self.size, self.eslot, self.sid_of
         )
-        self.bw_forced = False  # backward storages unpinned this step (ibid. rule 5)
-        # NOTE [ Backward storages ] rule 5 in evict.py: pinned backward storages kept out of
-        # the engine (creation order), their locks, and whether they were let in this step
-        self.bw_out: dict[int, None] = {}
-        self.out_locks: dict[int, int] = {}
-        self.bw_admitted = False
+        self.pins = BackwardPins(  # NOTE [ Backward storages ] in backward.py
+            self.state, self.pinned, self.backward, self.inputs, self.stats
+        )
         self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
         # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
@@ -397,14 +393,14 @@ class Core(Evictor, Rematerializer, Anchors):
             self.held.append(1)
             self.pinned.append(pinned)
             self.backward.append(backward)
-            self.in_bw.append(0)
+            self.pins.grow()
             self.eslot.append(-1)
             self.writes.append(writes)
             nread.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
-        elif backward and not pinned and self.keeps_out():
-            self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
+        elif backward and not pinned and self.pins.keeps_out(self.readers is not None):
+            self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in backward.py
         else:
             self._enter(sid, pinned, backward)
         self.bytes.grow(size)
@@ -454,27 +450,18 @@ class Core(Evictor, Rematerializer, Anchors):
             else:
                 r[sid] = None
 
-    def keeps_out(self) -> bool:
-        """NOTE [ Backward storages ] rule 5 in evict.py: are new backward storages kept out
-        of the engine? Not once admitted this step, and not without the readers' map (under
-        ``stress``), which :meth:`admit` needs for the edges to the storages reading them."""
-        return not self.bw_admitted and self.readers is not None
-
     def _keep_out(self, sid: int) -> None:
-        """NOTE [ Backward storages ] rule 5 in evict.py: ``sid``, a backward storage
+        """NOTE [ Backward storages ] rule 5 in backward.py: ``sid``, a backward storage
         pinned by rule 1, stays out of the engine."""
         if self.readers is not None:
             self._read(sid)
-        self.bw_out[sid] = None
-        if self.state[sid] == RESIDENT:
-            self.bw.append(sid)
-            self.in_bw[sid] = 1
+        self.pins.keep_out(sid, self.state[sid] == RESIDENT)
 
     def admit(self, sid: int) -> None:
-        """NOTE [ Backward storages ] rule 5 in evict.py: ``sid``, kept out of the engine,
+        """NOTE [ Backward storages ] rule 5 in backward.py: ``sid``, kept out of the engine,
         enters it as :meth:`sync` enters a storage (pinned if resident, evicted if not, its
         last use, its locks), with the edges from its inputs and to its readers there."""
-        del self.bw_out[sid]
+        locks = self.pins.let_in(sid)
         eng, eslot = self.engine, self.eslot
         resident = self.state[sid] == RESIDENT
         parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
@@ -487,16 +474,15 @@ class Core(Evictor, Rematerializer, Anchors):
                 if eslot[d] >= 0:
                     eng.add_parents(eslot[d], (slot,))
         if resident:
-            for _ in range(self.out_locks.pop(sid, 0)):
+            for _ in range(locks):
                 eng.lock(slot)
         else:
             eng.evict(slot, unpin=True)
 
     def admit_backward(self) -> None:
-        """NOTE [ Backward storages ] rule 5 in evict.py: every backward storage kept out of
-        the engine enters it, in creation order; later ones enter as they are made."""
-        self.bw_admitted = True
-        for sid in list(self.bw_out):
+        """NOTE [ Backward storages ] rule 5 in backward.py: every backward storage kept out
+        of the engine enters it, in creation order; later ones enter as they are made."""
+        for sid in self.pins.let_all_in():
             self.admit(sid)
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
@@ -510,8 +496,7 @@ class Core(Evictor, Rematerializer, Anchors):
         )  # fmt: skip
         self._bind(sid, slot)
         if backward and not pinned:
-            self.bw.append(sid)
-            self.in_bw[sid] = 1
+            self.pins.pin(sid)
 
     def _bind(self, sid: int, slot: int) -> None:
         """``sid`` is engine slot ``slot``."""
@@ -539,12 +524,12 @@ class Core(Evictor, Rematerializer, Anchors):
         if self.device is None:
             return
         self.start(self.device)
-        eng, state = self.engine, self.state
+        eng, state, pins, readers = self.engine, self.state, self.pins, self.readers is not None
         for sid in live:
             resident = state[sid] == RESIDENT
             pinned = resident and self.pinned[sid]
-            if self.backward[sid] and not self.pinned[sid] and self.keeps_out():
-                self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in evict.py
+            if self.backward[sid] and not self.pinned[sid] and pins.keeps_out(readers):
+                self._keep_out(sid)  # NOTE [ Backward storages ] rule 5 in backward.py
                 continue
             self._enter(sid, pinned, resident and self.backward[sid] and not pinned)
             if self.seen[sid] != self.born[sid]:
@@ -576,7 +561,7 @@ class Core(Evictor, Rematerializer, Anchors):
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.access(slot, self.now)
-        else:  # NOTE [ Backward storages ] rule 5 in evict.py: its last use, for admit
+        else:  # NOTE [ Backward storages ] rule 5 in backward.py: its last use, for admit
             self.seen[sid] = self.now
 
     def use_evicted(self, sids: list[int]) -> None:
@@ -670,27 +655,19 @@ class Core(Evictor, Rematerializer, Anchors):
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.lock(slot)
-        else:  # NOTE [ Backward storages ] rule 5 in evict.py: counted until admitted
-            if sid not in self.bw_out:
-                raise AssertionError(f"bug of tritondtr: locking storage {sid}, not in the engine")
-            self.out_locks[sid] = self.out_locks.get(sid, 0) + 1
+        else:  # NOTE [ Backward storages ] rule 5 in backward.py: counted until admitted
+            self.pins.lock(sid)
 
     def unlock(self, sid: int) -> None:
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.unlock(slot)
         else:
-            n = self.out_locks.get(sid, 0) - 1
-            if n < 0:
-                raise ValueError(f"unlock: storage {sid} is not locked (unbalanced lock/unlock)")
-            if n:
-                self.out_locks[sid] = n
-            else:
-                del self.out_locks[sid]
+            self.pins.unlock(sid)
 
     def lock_count(self, sid: int) -> int:
         slot = self.eslot[sid]
-        return self.engine.lock_count(slot) if slot >= 0 else self.out_locks.get(sid, 0)
+        return self.engine.lock_count(slot) if slot >= 0 else self.pins.out_locks.get(sid, 0)
 
     # ------------------------------------------------------------ releasing
     def release(self, sid: int) -> None:
@@ -748,8 +725,8 @@ class Core(Evictor, Rematerializer, Anchors):
             if eng.lock_count(slot):
                 raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
             eng.evict(slot, unpin=True)
-        elif sid in self.out_locks:
-            raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
+        else:  # NOTE [ Backward storages ] rule 5 in backward.py
+            self.pins.check_unlocked(sid, "dropping")
         self.pinned[sid] = 0
         self.anchored.pop(sid, None)
         self.state[sid] = EVICTED
@@ -771,10 +748,8 @@ class Core(Evictor, Rematerializer, Anchors):
                 raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
-        else:  # NOTE [ Backward storages ] rule 5 in evict.py
-            if sid in self.out_locks:
-                raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
-            self.bw_out.pop(sid, None)
+        else:  # NOTE [ Backward storages ] rule 5 in backward.py
+            self.pins.externalize(sid)
         if self.readers:
             self._unread(sid)
         nread = self.nread
@@ -805,18 +780,19 @@ class Core(Evictor, Rematerializer, Anchors):
             nread = self.nread
             for i in self.inputs[sid]:
                 nread[i] -= 1
+        kept_out = False
         if self.lazy:
             self.lazy_live.pop(sid, None)
         elif self.eslot[sid] >= 0:
             slot = self.eslot[sid]
             self.engine.release(slot)
             self.sid_of[slot] = self.eslot[sid] = -1
-        elif self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
-            self.bw_out.pop(sid, None)
-            self.out_locks.pop(sid, None)  # as the engine's release drops a slot's locks
+        else:  # NOTE [ Backward storages ] rule 5 in backward.py
+            kept_out = True
         if self.readers:
             self._unread(sid)
-        self.state[sid], self.inputs[sid], self.in_bw[sid] = FREE, (), 0
+        self.state[sid], self.inputs[sid] = FREE, ()
+        self.pins.forget(sid, kept_out)
         self.anchored.pop(sid, None)
         self.scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
         if self.links:
@@ -832,7 +808,7 @@ class Core(Evictor, Rematerializer, Anchors):
             order = self.lazy_live
         else:  # then those kept out of the engine (NOTE [ Backward storages ] rule 5)
             order = [s for s in self.sid_of if s >= 0]
-            order.extend(self.bw_out)
+            order.extend(self.pins.out)
         return [s for s in order if held[s] and state[s] != EXTERNAL]
 
     def freeze(self) -> None:
@@ -843,8 +819,7 @@ class Core(Evictor, Rematerializer, Anchors):
                 self.materialize(sid)
                 self.unlock(sid)
             self.externalize(sid)
-        self.bw_forced = False  # NOTE [ Unheld storages ] rule 5: the step ended
-        self.bw_admitted = False  # NOTE [ Backward storages ] rule 5
+        self.pins.step_ended()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers
@@ -854,17 +829,17 @@ class Core(Evictor, Rematerializer, Anchors):
     # ------------------------------------------------------------ checking
     def check_invariants(self, ops_in_flight: bool = False) -> None:
         """Raise AssertionError if the core disagrees with itself or with its engine."""
-        total = 0
+        total, pins = 0, self.pins
         for sid, st in enumerate(self.state):
             if st == RESIDENT:
                 total += self.size[sid]
             if self.lazy or st in (FREE, EXTERNAL):
                 continue
             slot = self.eslot[sid]
-            if sid in self.bw_out:  # NOTE [ Backward storages ] rule 5 in evict.py
-                assert ops_in_flight or sid not in self.out_locks, f"{sid} locked between ops"
+            if sid in pins.out:  # NOTE [ Backward storages ] rule 5 in backward.py
+                assert ops_in_flight or sid not in pins.out_locks, f"{sid} locked between ops"
                 assert slot < 0 and self.backward[sid], f"storage {sid}: kept out, slot {slot}"
-                assert st != RESIDENT or self.in_bw[sid], f"storage {sid}: kept out, unlisted"
+                assert st != RESIDENT or pins.in_bw[sid], f"storage {sid}: kept out, unlisted"
                 continue
             assert slot >= 0 and self.sid_of[slot] == sid, f"storage {sid}: engine slot map"
             assert self.engine.is_resident(slot) == (st == RESIDENT), (
@@ -879,7 +854,7 @@ class Core(Evictor, Rematerializer, Anchors):
         assert total + acc.outside == acc.resident, (
             f"resident bytes {acc.resident} != storages {total} + outside {acc.outside}"
         )
-        assert set(self.out_locks) <= set(self.bw_out), "locks of storages not kept out"
+        assert set(pins.out_locks) <= set(pins.out), "locks of storages not kept out"
         for sid in self.anchored:
             assert self.state[sid] == RESIDENT, f"storage {sid}: anchored, not resident"
         nread = [0] * len(self.nread)  # NOTE [ Fused versions ]

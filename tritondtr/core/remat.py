@@ -243,7 +243,7 @@ class Rematerializer:
         read it (NOTE [ A recomputation is not a use ]). ``consume``: the storage whose
         buffer the replay takes (NOTE [ Consumed versions ]), or -1."""
         self.now += 1
-        if self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in evict.py
+        if self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.admit(sid)
         if consume >= 0:
             self.drop(consume, free=False)

@@ -46,7 +46,7 @@ class RuntimeConfig:
         debug: check the engine's and the runtime's invariants after every op (slow).
         never_evict: predicate ``fn(op_name, output) -> bool`` pinning outputs.
         pin_backward: storages created during the backward pass are evicted only when nothing
-            else can be (NOTE [ Backward storages ] in core/evict.py).
+            else can be (NOTE [ Backward storages ] in core/backward.py).
         cost: how an op is priced (NOTE [ Cost models ] in cost.py): ``"auto"``
             (``measured`` on a CPU session, the H100 model on a CUDA one), ``"measured"``
             (its wall time), ``"analytic"`` (FLOPs and bytes: a nominal machine on CPU, an

@@ -21,7 +21,7 @@
 #       "The TreeLSTM at 50 % sits on a cliff"). Plain, they
 #       are summed in place as in eager mode, with the same bits.
 #    c. Evicting one would have cost a re-run of the backward pass that led to it (NOTE
-#       [ Backward storages ] rule 3 in core/evict.py).
+#       [ Backward storages ] rule 3 in core/backward.py).
 # 3. Which outputs: the autograd node in flight (``torch._C._current_autograd_node``) is
 #    analysed once: each of its edges leads, directly or through the leaf's own views and
 #    casts with a single successor (``_PASS``: a linear weight's ``TBackward0``, autocast's

@@ -26,7 +26,7 @@ turns every instruction into trace events, reading it the way the paper's simula
 #    and MUTATE are flagged ``BACKWARD`` (NOTE [ Runtime annotations ] rule 1 in trace.py;
 #    views keep 0, as the recorder leaves them), what the runtime flags for the storages
 #    autograd's backward pass makes, so a replay in the runtime's semantics pins them as the
-#    runtime would (NOTE [ Backward storages ] in core/evict.py). The paper's semantics
+#    runtime would (NOTE [ Backward storages ] in core/backward.py). The paper's semantics
 #    ignores flags: its replay, and the Figure 2 agreement, are unchanged. Why: without the
 #    flags the twin evicted the backward pass's own gradients as ordinary candidates and
 #    recomputed parts of the backward pass again and again (the U-Net log at 30 % of its
