@@ -3,7 +3,8 @@
 :class:`Anchors` is the part of :class:`~tritondtr.core.Core` that serves inputs the program
 frees and brings back (FSDP2's unsharded parameters, NOTE [ FSDP2 ] in runtime/fsdp.py): it
 keeps chosen storages resident while such an input is away, answers which held storages
-depend on given ones, and counts bytes the rank holds outside the tracked storages.
+depend on given ones, and counts bytes the rank holds outside the tracked storages (through
+the core's :class:`~tritondtr.core.account.ByteAccount`).
 
 # NOTE [ Anchored storages ]
 # 1. An anchored storage is resident and never evicted (an engine pin) until every anchor
@@ -30,26 +31,35 @@ __all__ = ["Anchors"]
 
 
 class Anchors:
-    """Anchored storages and outside bytes of :class:`~tritondtr.core.Core` (NOTE [ Anchored
-    storages ]); uses the core's lists, engine and counters."""
+    """The anchored storages of one core (NOTE [ Anchored storages ]): ``anchored``, sid ->
+    anchors taken, whose one writer this is. What an anchor does to a storage (recompute it,
+    let it into the engine, pin it, drop it) is the core's work: the core is passed to each
+    call that needs it (``core``, the :class:`~tritondtr.core.Core`), and never kept (a part
+    holding its core would be a reference cycle: NOTE [ Session lifetime ] in
+    runtime/session.py)."""
 
-    def anchor(self, sid: int) -> None:
+    __slots__ = ("anchored",)
+
+    def __init__(self) -> None:
+        self.anchored: dict[int, int] = {}
+
+    def anchor(self, core, sid: int) -> None:
         """Keep ``sid`` resident and unevictable until :meth:`unanchor` (rule 1)."""
-        state = self.state[sid]
+        state = core.state[sid]
         if state in (FREE, EXTERNAL):
             return
-        self.sync()
+        core.sync()
         if state != RESIDENT:
-            self.materialize(sid)
-            self.unlock(sid)
-        elif self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in backward.py
-            self.admit(sid)
+            core.materialize(sid)
+            core.unlock(sid)
+        elif core.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in backward.py
+            core.admit(sid)
         n = self.anchored.get(sid, 0)
         self.anchored[sid] = n + 1
         if n == 0:
-            self.engine.pin(self.eslot[sid])
+            core.engine.pin(core.eslot[sid])
 
-    def unanchor(self, sid: int) -> None:
+    def unanchor(self, core, sid: int) -> None:
         """Release one anchor of ``sid`` (rule 3)."""
         n = self.anchored.get(sid, 0)
         if n > 1:
@@ -58,18 +68,24 @@ class Anchors:
         if n == 0:
             return  # its anchors ended (rule 2)
         del self.anchored[sid]
-        if self.pinned[sid] or self.pins.in_bw[sid]:
+        if core.pinned[sid] or core.pins.in_bw[sid]:
             return
-        if self.held[sid]:
-            self.engine.unpin(self.eslot[sid])
+        if core.held[sid]:
+            core.engine.unpin(core.eslot[sid])
         else:
-            self.drop(sid)
-            self.stats.freed += 1
+            core.drop(sid)
+            core.stats.freed += 1
 
-    def held_descendants(self, roots) -> list[int]:
+    def end(self, sid: int) -> None:
+        """``sid`` was dropped, handed out, made external or forgotten: its anchors end
+        (rule 2)."""
+        self.anchored.pop(sid, None)
+
+    @staticmethod
+    def held_descendants(core, roots) -> list[int]:
         """The storages a wrapper holds among ``roots`` and everything computed from them
         (tracked edges only), in creation order."""
-        inputs, state, held = self.inputs, self.state, self.held
+        inputs, state, held = core.inputs, core.state, core.held
         children: dict[int, list[int]] = {}
         for sid, parents in enumerate(inputs):
             if state[sid] != FREE:
@@ -82,14 +98,4 @@ class Anchors:
                     seen.add(c)
                     todo.append(c)
         found = [s for s in seen if held[s] and state[s] not in (FREE, EXTERNAL)]
-        return sorted(found, key=self.born.__getitem__)
-
-    def grow_outside(self, nbytes: int, what: str) -> None:
-        """The rank now holds ``nbytes`` more outside the tracked storages (rule 5)."""
-        self.bytes.grow_outside(nbytes)
-        if self.over_budget():  # Evictor.over_budget (core/evict.py)
-            self.sync()
-            self.make_room(what)
-
-    def shrink_outside(self, nbytes: int) -> None:
-        self.bytes.shrink_outside(nbytes)
+        return sorted(found, key=core.born.__getitem__)

@@ -255,7 +255,7 @@ class Executor(Protocol):
         forget how to recompute it."""
 
 
-class Core(Evictor, Rematerializer, Anchors):
+class Core(Evictor, Rematerializer):
     """The decisions of one DTR run; see the NOTEs of this module and of :mod:`.remat`.
 
     Args:
@@ -329,7 +329,8 @@ class Core(Evictor, Rematerializer, Anchors):
         self.pins = BackwardPins(  # NOTE [ Backward storages ] in backward.py
             self.state, self.pinned, self.backward, self.inputs, self.stats
         )
-        self.anchored: dict[int, int] = {}  # sid -> anchors (NOTE [ Anchored storages ])
+        self.anchors = Anchors()  # NOTE [ Anchored storages ] in anchors.py
+        self.anchored = self.anchors.anchored  # read here; the anchors write it
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
         # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
         self.readers: dict[int, dict[int, None]] | None = (
@@ -728,7 +729,7 @@ class Core(Evictor, Rematerializer, Anchors):
         else:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.pins.check_unlocked(sid, "dropping")
         self.pinned[sid] = 0
-        self.anchored.pop(sid, None)
+        self.anchors.end(sid)
         self.state[sid] = EVICTED
         if self.scorer.border:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             self.scorer.forget_ancestors(sid, True)
@@ -758,7 +759,7 @@ class Core(Evictor, Rematerializer, Anchors):
         if self.links:
             self.links.pop(sid, None)
         self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
-        self.anchored.pop(sid, None)
+        self.anchors.end(sid)
         self.executor.keep(sid)
 
     def _unread(self, sid: int) -> None:
@@ -793,12 +794,37 @@ class Core(Evictor, Rematerializer, Anchors):
             self._unread(sid)
         self.state[sid], self.inputs[sid] = FREE, ()
         self.pins.forget(sid, kept_out)
-        self.anchored.pop(sid, None)
+        self.anchors.end(sid)
         self.scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
         if self.links:
             self.links.pop(sid, None)
         if not absorbed:
             self.free_ids.append(sid)
+
+    # ------------------------------------------------- anchors, outside bytes
+    def anchor(self, sid: int) -> None:
+        """NOTE [ Anchored storages ] rule 1 in anchors.py."""
+        self.anchors.anchor(self, sid)
+
+    def unanchor(self, sid: int) -> None:
+        """NOTE [ Anchored storages ] rule 3 in anchors.py."""
+        self.anchors.unanchor(self, sid)
+
+    def held_descendants(self, roots) -> list[int]:
+        """The storages a wrapper holds among ``roots`` and everything computed from them,
+        in creation order."""
+        return Anchors.held_descendants(self, roots)
+
+    def grow_outside(self, nbytes: int, what: str) -> None:
+        """The rank now holds ``nbytes`` more outside the tracked storages (NOTE [ Anchored
+        storages ] rule 5 in anchors.py): room is made as for an op named ``what``."""
+        self.bytes.grow_outside(nbytes)
+        if self.over_budget():
+            self.sync()
+            self.make_room(what)
+
+    def shrink_outside(self, nbytes: int) -> None:
+        self.bytes.shrink_outside(nbytes)
 
     def held_storages(self) -> list[int]:
         """The tracked storages a wrapper holds, in creation order while lazy, else in engine
