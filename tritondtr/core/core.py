@@ -10,6 +10,29 @@ Storages are *core ids* (``sid``): dense ints handed out by :meth:`Core.new`, re
 :meth:`Core.forget` (a stack: the last forgotten is reused first). The engine has its own
 slots; ``eslot[sid]`` maps one to the other once the engine is built.
 
+# NOTE [ Core parts ]
+# 1. The core is composed of parts that own their state; each field has one writer, the
+#    class that declares it:
+#    - ``Core`` (this file): the storage graph (the lists indexed by core id: size, cost,
+#      clocks, parents, name, state, held, pinned, backward, engine slot, writes, readers;
+#      fused versions, free ids), the clock ``now``, the op's locks (NOTE [ Op protocol ]),
+#      the engine, and the protocol itself;
+#    - ``ByteAccount`` (account.py): the budget, resident, outside and op bytes, the peaks;
+#    - ``BackwardPins`` (backward.py): NOTE [ Backward storages ];
+#    - ``UnheldScorer`` (unheld.py): NOTE [ Unheld storages ];
+#    - ``Anchors`` (anchors.py): NOTE [ Anchored storages ].
+# 2. Eviction (``Evictor``, evict.py) and rematerialization (``Rematerializer``, remat.py)
+#    are the core's own methods in files of their own; they declare and write no field,
+#    and change the core through its methods (``drop``, ``tick``, ``recomputed_resident``,
+#    ``admit``) and the parts through theirs. They stay methods, not objects: they hold no
+#    state, and an object that keeps its core is a reference cycle, which NOTE [ Session
+#    lifetime ] in runtime/session.py forbids (a part that needs the core's operations
+#    takes the core as an argument: ``Anchors.anchor(core, sid)``).
+# 3. A part reads the core's lists through references given when it is made (lists the
+#    core appends to and never replaces) and never writes them.
+# 4. tests/core/test_parts.py reads the source and checks rules 1 to 3, writes through
+#    local names included.
+
 # NOTE [ Budget accounting ]
 # 1. Counted: the bytes of every tracked storage while it is resident. Not counted: external
 #    storages (parameters, inputs from outside, buffers handed to the user as plain tensors),
@@ -628,6 +651,15 @@ class Core(Evictor, Rematerializer):
             for sid in locked:
                 unlock(sid)
             locked.clear()
+
+    def tick(self) -> int:
+        """Advance the clock, by one per op and per recomputation; returns the new time."""
+        now = self.now = self.now + 1
+        return now
+
+    def recomputed_resident(self, sid: int) -> None:
+        """Evicted ``sid`` was recomputed (:meth:`recompute` in remat.py): resident again."""
+        self.state[sid] = RESIDENT
 
     def begin(self, name: str) -> None:
         """Op ``name`` runs next: advance the clock and make room (NOTE [ Budget accounting ]

@@ -242,7 +242,7 @@ class Rematerializer:
         """Recompute evicted ``sid`` (inputs resident and locked). ``use``: the program will
         read it (NOTE [ A recomputation is not a use ]). ``consume``: the storage whose
         buffer the replay takes (NOTE [ Consumed versions ]), or -1."""
-        self.now += 1
+        self.tick()
         if self.eslot[sid] < 0:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.admit(sid)
         if consume >= 0:
@@ -258,7 +258,7 @@ class Rematerializer:
             if consume >= 0:  # evicted in the core: its buffer goes too
                 self.executor.free(consume)
             raise
-        self.state[sid] = RESIDENT
+        self.recomputed_resident(sid)
         scorer = self.scorer
         if scorer.inside:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             scorer.forget_ancestors(sid, False)

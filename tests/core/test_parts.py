@@ -1,0 +1,214 @@
+"""NOTE [ Core parts ] in tritondtr/core/core.py, read from the source: every field of the
+DTR core and of its parts has one writer, the class that declares it; eviction and
+rematerialization write none; the parts never write what they were lent. The tests below
+also check that the checker sees each kind of write, on planted code."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "tritondtr" / "core"
+
+# Classes with state, by file: NOTE [ Core parts ] rule 1.
+PARTS = {
+    "core.py": "Core",
+    "account.py": "ByteAccount",
+    "backward.py": "BackwardPins",
+    "unheld.py": "UnheldScorer",
+    "anchors.py": "Anchors",
+}
+# What each part is lent (rule 3): the core's lists and counters, bound in ``__init__``,
+# read, never written.
+LENT = {
+    "Core": {"anchored"},
+    "ByteAccount": {"stats"},
+    "BackwardPins": {"state", "pinned", "backward", "inputs", "stats"},
+    "UnheldScorer": {"state", "held", "inputs", "cost", "size", "eslot", "sid_of"},
+    "Anchors": set(),
+}
+# The core's own methods in files of their own, which declare and write nothing (rule 2).
+STATELESS = {"evict.py": "Evictor", "remat.py": "Rematerializer"}
+MUTATORS = {
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "popitem",
+    "remove",
+    "clear",
+    "update",
+    "setdefault",
+    "add",
+    "discard",
+    "sort",
+    "reverse",
+}
+
+
+def _self_field(node: ast.AST) -> str | None:
+    """``F`` for ``self.F``, ``self.F[...]`` and ``self.F[...][...]``, else None."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    return node.attr if named and node.value.id == "self" else None
+
+
+def _targets(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, ast.Assign):
+        out = []
+        for t in node.targets:
+            out += list(t.elts) if isinstance(t, ast.Tuple) else [t]
+        return out
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return [node.target]
+    if isinstance(node, ast.Delete):
+        return list(node.targets)
+    return []
+
+
+def declared(cls: ast.ClassDef) -> set[str]:
+    """The fields ``__init__`` binds (``self.F = ...``)."""
+    out = set()
+    for fn in cls.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+            for node in ast.walk(fn):
+                for t in _targets(node):
+                    if isinstance(t, ast.Attribute) and _self_field(t) == t.attr:
+                        out.add(t.attr)
+    return out
+
+
+def writes(cls: ast.ClassDef) -> dict[str, set[str]]:
+    """Field -> the methods that write it, outside ``__init__``: assignment, augmented or
+    item assignment, ``del`` of an item, a mutating call, also through a local bound to
+    ``self.F`` (``state = self.state`` ... ``state[i] = x``)."""
+    found: dict[str, set[str]] = {}
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or fn.name == "__init__":
+            continue
+        alias: dict[str, str] = {}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign):
+                targets = _targets(node)
+                values = (
+                    list(node.value.elts)
+                    if isinstance(node.value, ast.Tuple) and len(targets) > 1
+                    else [node.value] * len(targets)
+                )
+                for t, v in zip(targets, values):
+                    f = _self_field(v) if isinstance(v, ast.Attribute) else None
+                    if isinstance(t, ast.Name) and f is not None:
+                        alias[t.id] = f
+        for node in ast.walk(fn):
+            hits = []
+            for t in _targets(node):
+                if isinstance(t, ast.Attribute):
+                    hits.append(_self_field(t))
+                elif isinstance(t, ast.Subscript):
+                    base = t
+                    while isinstance(base, ast.Subscript):
+                        base = base.value
+                    hits.append(_self_field(t) or alias.get(getattr(base, "id", None)))
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if call and node.func.attr in MUTATORS:
+                obj = node.func.value
+                hits.append(_self_field(obj) or alias.get(getattr(obj, "id", None)))
+            for f in hits:
+                if f is not None:
+                    found.setdefault(f, set()).add(fn.name)
+    return found
+
+
+def _class(path: Path, name: str) -> ast.ClassDef:
+    tree = ast.parse(path.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    return cls
+
+
+@pytest.mark.parametrize("file, name", sorted(PARTS.items()))
+def test_a_part_writes_only_what_it_declares(file, name):
+    cls = _class(CORE / file, name)
+    fields = declared(cls)
+    assert fields and LENT[name] <= fields, f"{name} declares {sorted(fields)}"
+    own = fields - LENT[name]
+    stray = {f: m for f, m in writes(cls).items() if f not in own}
+    assert not stray, f"{name} writes fields it does not own: {stray}"
+
+
+@pytest.mark.parametrize("file, name", sorted(STATELESS.items()))
+def test_eviction_and_rematerialization_write_no_field(file, name):
+    cls = _class(CORE / file, name)
+    assert declared(cls) == set()
+    assert writes(cls) == {}, f"{name} writes {writes(cls)}: go through the core's methods"
+
+
+def test_no_two_parts_own_a_field():
+    owners: dict[str, list[str]] = {}
+    for file, name in PARTS.items():
+        for f in declared(_class(CORE / file, name)) - LENT[name]:
+            owners.setdefault(f, []).append(name)
+    assert {f: o for f, o in owners.items() if len(o) > 1} == {}
+
+
+def test_every_class_with_state_in_the_core_is_listed():
+    """A new part of the core joins PARTS (and NOTE [ Core parts ]); records, enums,
+    protocols and errors declare no ``__init__`` of state here."""
+    listed = {(f, n) for f, n in {**PARTS, **STATELESS}.items()}
+    for path in sorted(CORE.glob("*.py")):
+        for cls in ast.parse(path.read_text()).body:
+            if isinstance(cls, ast.ClassDef) and any(
+                isinstance(f, ast.FunctionDef) and f.name == "__init__" for f in cls.body
+            ):
+                if path.name == "errors.py":
+                    continue
+                assert (path.name, cls.name) in listed, f"{path.name}: {cls.name} not in PARTS"
+
+
+PLANTED = """
+class Part:
+    def __init__(self, given, other):
+        self.mine = []
+        self.count = 0
+        self.given = given
+        self.other_list = other.items
+
+    def ok(self):
+        self.mine.append(1)
+        self.count += 1
+
+    def assigns(self):
+        self.given = None
+
+    def item(self):
+        self.given[0] = 1
+
+    def through_a_local(self):
+        g, m = self.given, self.mine
+        g[1] = 2
+        m.clear()
+
+    def mutates(self):
+        self.other_list.append(3)
+
+    def deletes(self):
+        del self.given[0]
+
+    def declares_late(self):
+        self.late = 1
+"""
+
+
+def test_the_checker_sees_every_kind_of_write():
+    (cls,) = ast.parse(PLANTED).body
+    assert declared(cls) == {"mine", "count", "given", "other_list"}
+    found = writes(cls)
+    assert found == {
+        "mine": {"ok", "through_a_local"},
+        "count": {"ok"},
+        "given": {"assigns", "item", "through_a_local", "deletes"},
+        "other_list": {"mutates"},
+        "late": {"declares_late"},
+    }
