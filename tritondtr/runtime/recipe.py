@@ -210,7 +210,7 @@ class Cell:
     @opaque  # runs wherever GC runs: NOTE [ Dynamo never traces the runtime ]
     def __del__(self) -> None:  # NOTE [ Storage lifetime ] rule 2
         try:  # noqa: SIM105 (cheaper than contextlib.suppress on this per-tensor path)
-            self.session.dead.append(self.storage)
+            self.session.died(self.storage)
         except Exception:  # interpreter shutdown
             pass
 

@@ -62,7 +62,7 @@ class Recording:
                 "a tritondtr Recording is entered once; call tritondtr.trace() again for a new one"
             )
         self._recorder = Recorder(self.session)
-        self.session.observer = self._recorder
+        self.session.observe(self._recorder)
         self.session.__enter__()
         return self
 
@@ -72,7 +72,7 @@ class Recording:
         try:
             self.session.__exit__(*exc)
         finally:
-            self.session.observer = None
+            self.session.observe(None)
             rec.close()
             self.trace = rec.build(self._metadata(rec))
             rec.keep.clear()

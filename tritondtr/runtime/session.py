@@ -742,6 +742,15 @@ class Session:
             raise AssertionError(f"bug of tritondtr: core storage {sid} has no live Storage")
         return s
 
+    def died(self, storage: Storage) -> None:
+        """The last wrapper of ``storage``'s buffer died (``Cell.__del__``): queued, applied by
+        :meth:`drain` between ops (NOTE [ Storage lifetime ] rule 2)."""
+        self.dead.append(storage)
+
+    def observe(self, observer) -> None:
+        """``observer`` (a ``tritondtr.trace`` recorder, or None) sees every op from now on."""
+        self.observer = observer
+
     def drain(self) -> None:
         """Apply queued deaths (NOTE [ Storage lifetime ]); only between ops."""
         dead, released, core, observer = self.dead, self.released, self.core, self.observer
