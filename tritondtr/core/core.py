@@ -564,8 +564,10 @@ class Core(Evictor, Rematerializer):
     # ------------------------------------------------------------------ ops
     def prepare(self) -> None:
         """Before an op reads its inputs: NOTE [ Lazy engine ] rule 2."""
-        if self.lazy and self.bytes.over():
-            self.sync()
+        if self.lazy:
+            acc = self.bytes  # acc.over(), inline: once per op
+            if acc.budget is not None and acc.resident > acc.budget:
+                self.sync()
 
     def use(self, sid: int) -> None:
         """``sid`` is a tracked input of the op about to run: make it resident, keep it
@@ -665,7 +667,8 @@ class Core(Evictor, Rematerializer):
         """Op ``name`` runs next: advance the clock and make room (NOTE [ Budget accounting ]
         rule 2)."""
         self.now += 1
-        if self.bytes.over():
+        acc = self.bytes  # acc.over(), inline: once per op
+        if acc.budget is not None and acc.resident > acc.budget:
             if self.deferred:  # NOTE [ Deferred locks ] rule 2
                 self.lock_inputs()
             try:
@@ -761,7 +764,8 @@ class Core(Evictor, Rematerializer):
         else:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.pins.check_unlocked(sid, "dropping")
         self.pinned[sid] = 0
-        self.anchors.end(sid)
+        if self.anchored:  # NOTE [ Anchored storages ] rule 2
+            self.anchors.end(sid)
         self.state[sid] = EVICTED
         if self.scorer.border:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             self.scorer.forget_ancestors(sid, True)
@@ -791,7 +795,8 @@ class Core(Evictor, Rematerializer):
         if self.links:
             self.links.pop(sid, None)
         self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
-        self.anchors.end(sid)
+        if self.anchored:  # NOTE [ Anchored storages ] rule 2
+            self.anchors.end(sid)
         self.executor.keep(sid)
 
     def _unread(self, sid: int) -> None:
@@ -825,9 +830,13 @@ class Core(Evictor, Rematerializer):
         if self.readers:
             self._unread(sid)
         self.state[sid], self.inputs[sid] = FREE, ()
-        self.pins.forget(sid, kept_out)
-        self.anchors.end(sid)
-        self.scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
+        pins, scorer = self.pins, self.scorer  # the calls only when they have work: per op
+        if kept_out or pins.in_bw[sid]:
+            pins.forget(sid, kept_out)
+        if self.anchored:  # NOTE [ Anchored storages ] rule 2
+            self.anchors.end(sid)
+        if scorer.unheld or scorer.sums or scorer.inside or scorer.border:
+            scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
         if self.links:
             self.links.pop(sid, None)
         if not absorbed:
