@@ -80,24 +80,6 @@
 #    reference cycle: closed sessions and their queued buffers waited for a full collection
 #    of the process (~150 ms each on the 2-core AMD EPYC guest, every few steps:
 #    docs/benchmarks.md, "What do Python's garbage collections cost a step?").
-
-# NOTE [ One op's path ]
-# 1. ``Session._call`` takes a tracked op through three methods, in the order of NOTE [ Op
-#    protocol ] in core/core.py. ``_bind``: every tensor argument to the plain value the op
-#    runs on (a wrapper's buffer or a view of it), each tracked one used through the core,
-#    each recorded as an ``Input``; the result is an ``OpCall`` record (plain arguments,
-#    inputs, parents, cells written).
-# 2. ``_run``: ``begin``, the op, its cost, the out-of-memory retry, ``release_inputs``.
-# 3. ``_wrap``: the outputs tracked (``hand_out`` and ``new`` through ``track``) and wrapped:
-#    one fresh tensor, an in-place write of the first argument and one view here, every
-#    other case in outputs.py. Then the observer sees the call and ``end`` closes it.
-# 4. The record is a NamedTuple built from C and unpacked into locals: the per-op path
-#    reads no attribute of it in a loop. A class record with the steps as its methods cost
-#    2 to 4 us more per op (+5 to 8 % in the dispatch benchmark) and was reverted; this
-#    shape costs about what the single method did (docs/benchmarks.md, What does the
-#    runtime cost per op?).
-# 5. Only the session writes its own fields; other modules call its methods (``died``,
-#    ``observe``, ``in_flight``, ``watch_leaf``): tests/runtime/test_session_fields.py.
 """
 
 from __future__ import annotations
@@ -169,18 +151,6 @@ class _LeafHook(NamedTuple):
 
     leaf: weakref.ref  # to the leaf: ``id`` keys outlive their tensors
     handle: torch.utils.hooks.RemovableHandle  # its post-accumulate-grad hook
-
-
-class OpCall(NamedTuple):
-    """One op call bound for its run (NOTE [ One op's path ]; after
-    ``torch.utils.checkpoint``'s ``_CheckpointFrame``): what ``_bind`` made of the arguments,
-    read by ``_run`` and ``_wrap``. Built from C (``tuple.__new__``) once per op."""
-
-    pargs: list  # positional arguments, each tensor as the plain value the op runs on
-    pkw: dict  # keyword arguments, likewise (the caller's own dict when none is a tensor)
-    inputs: list  # an ``Input`` per tensor argument, in argument order
-    parents: list  # core ids of the tracked storages it reads (not those it overwrites)
-    wrote: list  # cells of the tracked storages it writes in place
 
 
 class _InFlight:
@@ -490,19 +460,122 @@ class Session:
             self.freeze()
 
     def _call(self, info, args, kwargs):
-        """One tracked op (NOTE [ One op's path ]): bind its inputs, run it, wrap its
-        outputs, through the core in the order of NOTE [ Op protocol ] in core/core.py."""
-        core = self.core
+        core, func = self.core, info.func  # NOTE [ Op protocol ] in core/core.py
         self.depth += 1
         core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
-            call = self._bind(info, args, kwargs)
-            out, cost, rng, blanks = self._run(info, args, kwargs, call)
-            out = self._wrap(info, args, kwargs, call, out, cost, rng)
+            if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
+                self._use_evicted(info, args, kwargs)
+            inputs, parents, wrote = [], [], []
+            written = info.written
+            pargs = list(args)
+            if info.flat is not None:  # single positional tensors: walk them directly
+                pkw = kwargs
+                n, lazy = len(args), core.lazy
+                for i in info.flat:
+                    if i >= n:
+                        break
+                    v = args[i]
+                    if type(v) is DTRTensor and i not in written:  # _in's hot case
+                        cell = v._cell
+                        s = cell.storage
+                        if cell.session is self and s.recipe is not None:
+                            if lazy and s.buf is None:
+                                pargs[i] = self._in(v, i, -1, False, inputs, parents, wrote)
+                                continue
+                            core.use(s.sid)  # may recompute it: s.buf after
+                            parents.append(s.sid)
+                            view = v._view
+                            inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
+                            buf = s.buf
+                            pargs[i] = buf if view is None else derive(buf, view)
+                            continue
+                    if v is not None:
+                        pargs[i] = self._in(v, i, -1, i in written, inputs, parents, wrote)
+            else:
+                pkw = dict(kwargs)
+                self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
+            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
+                for k, e in enumerate(inputs):
+                    if e.mode == PLAIN and e.key in written:
+                        inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
+            blanks = None
+            if info.overwrites and wrote:
+                blanks = blank_writes(inputs, pargs, pkw, parents)
+            core.begin(info.name)
+            rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
+            timer = self.timer
+            attempt = 0
+            while True:
+                if timer is not None:  # NOTE [ Cost models ] rule 10
+                    timer.start()
+                t0 = _now_ns()
+                try:
+                    out = func(*pargs, **pkw)
+                    break
+                except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
+                    if not core.evicting or info.written or not is_oom(e):
+                        raise  # rule 1: a write may have been applied in part
+                    if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
+                        core.sync()
+                        for inp in inputs:
+                            if inp.mode <= WRITE and inp.source.buf is not None:
+                                core.lock_input(inp.source.sid)
+                    if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
+                        rewind_rng(rng)
+                    if not evict_for_retry(core, attempt):
+                        raise
+                    attempt += 1
+            cost = float(_now_ns() - t0)
+            if self._streams is not None:  # NOTE [ Side streams ]
+                self._side_streams(inputs)
+            if info.bump:  # NOTE [ Op semantics ] rule 11
+                bump_versions(info, args, kwargs)
+            if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
+                if self.cost_fn is _UNRESOLVED:
+                    cost = self._first_cost(info.func, pargs, pkw, out, cost)
+                else:
+                    cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
+                if timer is not None:
+                    timer.stop(cost)
+            core.release_inputs()
+            parents = tuple(parents)
+            if info.fresh1:  # one fresh output: outputs' common case
+                if (
+                    out is not None
+                    and out.layout is _STRIDED
+                    and not out.is_nested  # NOTE [ What is tracked ] rule 3
+                    and (out.device == core.device or self.adopts_device(out, info))
+                    and (_in_backward() < 0 or not self.leaf_grad(out))
+                ):
+                    rec = Recipe(info, pargs, pkw, inputs, rng)
+                    out = fresh(self, out, rec, 0, -1, parents, cost)
+                    seal(self, rec, pargs, pkw)
+            elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
+                cell = wrote[0]
+                old = cell.storage  # NOTE [ In-place versions ] rule 1
+                rec = Recipe(info, pargs, pkw, inputs, rng)
+                rec.outs = ((-1, 0),)
+                buf, pinned = old.buf, core.pinned[old.sid]
+                if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
+                    pinned = pins_nondeterministic(info, buf)
+                core.hand_out(old.sid)
+                cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
+                out = args[0]
+                seal(self, rec, pargs, pkw)
+            elif info.view1 is not None:  # one view: outputs' other common case
+                src = args[info.view1]
+                if type(src) in WRAPPER_TYPES and src._cell.session is self:
+                    psrc = pargs[info.view1]
+                    if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
+                        out = view_of(out, src, psrc)
+            else:
+                out = outputs(
+                    self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
+                )
             if self.observer is not None:
-                self.observer.op(info, args, kwargs, call.inputs, out, call.wrote, cost, blanks)
+                self.observer.op(info, args, kwargs, inputs, out, wrote, cost, blanks)
             if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
-                inputs = call.inputs
                 for k, desc in blanks:
                     inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
         except BudgetError:  # the op did not run (NOTE [ Recording a trace ] rule 8)
@@ -523,138 +596,6 @@ class Session:
         core.end()
         if self.timer is not None:  # NOTE [ Cost models ] rule 10: apply what completed
             self.timer.done()
-        return out
-
-    def _bind(self, info, args, kwargs) -> OpCall:
-        """Rule 1 of NOTE [ One op's path ]: every tensor argument to the plain value the op
-        runs on, each tracked one used through the core (resident, its access recorded),
-        each recorded as an ``Input``."""
-        core = self.core
-        if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
-            self._use_evicted(info, args, kwargs)
-        inputs, parents, wrote = [], [], []
-        written = info.written
-        pargs = list(args)
-        if info.flat is not None:  # single positional tensors: walk them directly
-            pkw = kwargs
-            n, lazy = len(args), core.lazy
-            for i in info.flat:
-                if i >= n:
-                    break
-                v = args[i]
-                if type(v) is DTRTensor and i not in written:  # _in's hot case
-                    cell = v._cell
-                    s = cell.storage
-                    if cell.session is self and s.recipe is not None:
-                        if lazy and s.buf is None:
-                            pargs[i] = self._in(v, i, -1, False, inputs, parents, wrote)
-                            continue
-                        core.use(s.sid)  # may recompute it: s.buf after
-                        parents.append(s.sid)
-                        view = v._view
-                        inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
-                        buf = s.buf
-                        pargs[i] = buf if view is None else derive(buf, view)
-                        continue
-                if v is not None:
-                    pargs[i] = self._in(v, i, -1, i in written, inputs, parents, wrote)
-        else:
-            pkw = dict(kwargs)
-            self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
-        if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
-            for k, e in enumerate(inputs):
-                if e.mode == PLAIN and e.key in written:
-                    inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
-        return _new_tuple(OpCall, (pargs, pkw, inputs, parents, wrote))
-
-    def _run(self, info, args, kwargs, call: OpCall):
-        """Rule 2 of NOTE [ One op's path ]: ``begin`` (room made), the op, timed and priced,
-        retried after an out-of-memory error (NOTE [ Out-of-memory fallback ] in oom.py),
-        then ``release_inputs``. Returns (output, cost in ns, captured generators or None,
-        the inputs it overwrites or None)."""
-        core, timer = self.core, self.timer
-        pargs, pkw, inputs, parents, wrote = call
-        blanks = None
-        if info.overwrites and wrote:
-            blanks = blank_writes(inputs, pargs, pkw, parents)
-        core.begin(info.name)
-        rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
-        func, attempt = info.func, 0
-        while True:
-            if timer is not None:  # NOTE [ Cost models ] rule 10
-                timer.start()
-            t0 = _now_ns()
-            try:
-                out = func(*pargs, **pkw)
-                break
-            except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
-                if not core.evicting or info.written or not is_oom(e):
-                    raise  # rule 1: a write may have been applied in part
-                if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
-                    core.sync()
-                    for inp in inputs:
-                        if inp.mode <= WRITE and inp.source.buf is not None:
-                            core.lock_input(inp.source.sid)
-                if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
-                    rewind_rng(rng)
-                if not evict_for_retry(core, attempt):
-                    raise
-                attempt += 1
-        cost = float(_now_ns() - t0)
-        if self._streams is not None:  # NOTE [ Side streams ]
-            self._side_streams(inputs)
-        if info.bump:  # NOTE [ Op semantics ] rule 11
-            bump_versions(info, args, kwargs)
-        if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
-            if self.cost_fn is _UNRESOLVED:
-                cost = self._first_cost(func, pargs, pkw, out, cost)
-            else:
-                cost = price(self.cost_fn, func, tuple(pargs), pkw, out)
-            if timer is not None:
-                timer.stop(cost)
-        core.release_inputs()
-        return out, cost, rng, blanks
-
-    def _wrap(self, info, args, kwargs, call: OpCall, out, cost: float, rng):
-        """Rule 3 of NOTE [ One op's path ]: the op's outputs as tracked storages and
-        wrappers (``hand_out`` / ``new`` through :meth:`track`): one fresh tensor, an in-place
-        write of the first argument and one view here, every other case in outputs.py."""
-        core = self.core
-        pargs, pkw, inputs, parents, wrote = call
-        parents = tuple(parents)
-        if info.fresh1:  # one fresh output: outputs' common case
-            if (
-                out is not None
-                and out.layout is _STRIDED
-                and not out.is_nested  # NOTE [ What is tracked ] rule 3
-                and (out.device == core.device or self.adopts_device(out, info))
-                and (_in_backward() < 0 or not self.leaf_grad(out))
-            ):
-                rec = Recipe(info, pargs, pkw, inputs, rng)
-                out = fresh(self, out, rec, 0, -1, parents, cost)
-                seal(self, rec, pargs, pkw)
-        elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
-            cell = wrote[0]
-            old = cell.storage  # NOTE [ In-place versions ] rule 1
-            rec = Recipe(info, pargs, pkw, inputs, rng)
-            rec.outs = ((-1, 0),)
-            buf, pinned = old.buf, core.pinned[old.sid]
-            if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
-                pinned = pins_nondeterministic(info, buf)
-            core.hand_out(old.sid)
-            cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
-            out = args[0]
-            seal(self, rec, pargs, pkw)
-        elif info.view1 is not None:  # one view: outputs' other common case
-            src = args[info.view1]
-            if type(src) in WRAPPER_TYPES and src._cell.session is self:
-                psrc = pargs[info.view1]
-                if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
-                    out = view_of(out, src, psrc)
-        else:
-            out = outputs(
-                self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
-            )
         return out
 
     def _first_cost(self, op, pargs, pkw, out, wall: float) -> float:
