@@ -2,9 +2,12 @@
 
 The runtime drives a :class:`Core` with real tensors (its executor runs the recomputations the
 core asks for and frees the buffers it evicts); the simulator drives the same class from a
-trace (its executor only counts). The core owns residency and byte accounting, locks and pins,
-the clock, victim choice through the :class:`~tritondtr.engine.Engine` (:mod:`.evict`), the
-rematerialization plan (:mod:`.remat`), eager release and forgetting, and backward pinning.
+trace (its executor only counts). The core owns the storage graph, residency, locks, the
+clock and the per-op protocol (NOTE [ Op protocol ]); its parts own the byte account
+(:mod:`.account`), the backward pins (:mod:`.backward`), the unheld scorer (:mod:`.unheld`)
+and the anchors (:mod:`.anchors`); its own methods in :mod:`.evict` and :mod:`.remat` choose
+victims through the :class:`~tritondtr.engine.Engine` and plan rematerializations (NOTE [ Core
+parts ]).
 
 Storages are *core ids* (``sid``): dense ints handed out by :meth:`Core.new`, reused after
 :meth:`Core.forget` (a stack: the last forgotten is reused first). The engine has its own
