@@ -764,8 +764,8 @@ class Core(Evictor, Rematerializer):
             if eng.lock_count(slot):
                 raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
             eng.evict(slot, unpin=True)
-        else:  # NOTE [ Backward storages ] rule 5 in backward.py
-            self.pins.check_unlocked(sid, "dropping")
+        elif sid in self.pins.out_locks:  # NOTE [ Backward storages ] rule 5 in backward.py
+            raise AssertionError(f"bug of tritondtr: dropping locked storage {sid}")
         self.pinned[sid] = 0
         if self.anchored:  # NOTE [ Anchored storages ] rule 2
             self.anchors.end(sid)
