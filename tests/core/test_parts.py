@@ -212,3 +212,61 @@ def test_the_checker_sees_every_kind_of_write():
         "other_list": {"mutates"},
         "late": {"declares_late"},
     }
+
+
+def _core_writes(source: str) -> list[tuple[int, str]]:
+    """Writes to a core's field from outside the core: ``core.X``, ``self.core.X`` or
+    ``session.core.X`` assigned, item-assigned, deleted or mutated."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                targets += t.elts if isinstance(t, ast.Tuple) else [t]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+        ):
+            targets = [node.func.value]
+        for t in targets:
+            while isinstance(t, ast.Subscript):
+                t = t.value
+            if not isinstance(t, ast.Attribute):
+                continue
+            root = t.value
+            if (isinstance(root, ast.Name) and root.id == "core") or (
+                isinstance(root, ast.Attribute) and root.attr == "core"
+            ):
+                found.append((node.lineno, t.attr))
+    return sorted(found)
+
+
+def test_no_module_outside_the_core_writes_its_fields():
+    """The runtime, the simulator and the applications drive the core through its methods
+    (NOTE [ Core parts ] rule 1): e.g. ``core.bytes.set_budget``, ``core.time_with``."""
+    package = CORE.parent
+    bad = {}
+    for path in sorted(package.rglob("*.py")):
+        if CORE in path.parents:
+            continue
+        writes = _core_writes(path.read_text())
+        if writes:
+            bad[str(path.relative_to(package))] = writes
+    assert bad == {}
+
+
+def test_the_outside_check_sees_each_kind_of_write():
+    planted = (
+        "core.budget = 1\n"
+        "self.core.clock = c\n"
+        "session.core.seen[3] = 4\n"
+        "core.free_ids.append(2)\n"
+        "core.bytes.set_budget(5)\n"  # a method of a part: allowed
+        "core.stats.freed += 1\n"  # the counters' object: not a core field
+    )
+    assert _core_writes(planted) == [(1, "budget"), (2, "clock"), (3, "seen"), (4, "free_ids")]

@@ -268,6 +268,7 @@ def test_gradients_equal_eager_on_cuda(cost):
         loss = rt.unwrap(step().detach())
     assert s.stats.evictions > 0 and s.stats.rematerializations > 0
     assert s.stats.recompute_s > 0 and s.clock is not None and not s.clock.pending  # device time
+    assert s.core.clock is s.clock  # the core's selections are timed on the device too
     assert s.timer is None or not s.timer.pending  # applied, at the latest at exit
     assert torch.equal(loss, ref_loss)
     for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):

@@ -377,6 +377,11 @@ class Core(Evictor, Rematerializer):
             eng = self.engine
             self.stats.backend = f"{eng.backend.value} on {eng.table.device}"
 
+    def time_with(self, clock) -> None:
+        """Time selections with ``clock`` (NOTE [ Device time ] in runtime/events.py)
+        instead of the host's wall clock."""
+        self.clock = clock
+
     def new(
         self,
         size: int,

@@ -616,7 +616,8 @@ class Session:
             self.cost_fn = resolve(self.config.cost, device)
         self.core.start(device)
         if device.type == "cuda":
-            self.clock = self.core.clock = DeviceClock(self.stats, device=device)
+            self.clock = DeviceClock(self.stats, device=device)
+            self.core.time_with(self.clock)
             if self.timer is not None:  # NOTE [ Device time ] rule 4
                 self.timer.set_device(device)
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
