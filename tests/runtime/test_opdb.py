@@ -48,7 +48,9 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 pytest.importorskip("expecttest")
+from torch.testing._internal import common_utils
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo import core as opinfo_core
 
 from tritondtr.runtime import UnsupportedOpError, enable, unwrap
 
@@ -239,6 +241,28 @@ def _check(op, all_samples: bool, settings: dict = STRESS) -> None:
         )
         return
     assert outcome == "pass", f"{op_id(op)}: {outcome}: {detail}"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cheap_sample_and_seed_bookkeeping():
+    """Two costs of torch's test machinery that the sweep does not need, gone (each was about
+    half the first-sample tests' time under pytest, more with many modules imported):
+
+    - ``op.sample_inputs`` looks for the ``unittest.TestCase`` running it, twice per op, with
+      ``inspect.stack()``, which reads the source of every frame of pytest's deep stack. No
+      test here is a TestCase, so that search finds none: it returns None directly.
+    - ``torch.manual_seed`` also seeds CUDA, XPU and MTIA; on a machine without one, torch
+      queues that seeding for a later initialisation, with a formatted stack trace, each time.
+      The sweep seeds about three times per sample (``_program`` twice, ``sample_inputs``
+      once); the CPU generator the ops use is still seeded."""
+    patch = pytest.MonkeyPatch()
+    for module in (common_utils, opinfo_core):
+        patch.setattr(module, "extract_test_fn", lambda: None)
+    for backend in (torch.cuda, torch.xpu, torch.mtia):
+        if not backend.is_available():
+            patch.setattr(backend, "manual_seed_all", lambda seed: None)
+    yield
+    patch.undo()
 
 
 def _params():
