@@ -14,7 +14,7 @@ run must raise :class:`~tritondtr.runtime.UnsupportedOpError` and be listed in d
 #    the same program. Random ops see ``torch.manual_seed(SEED)`` right before the op in both.
 # 3. Values are compared exactly. Ops whose output is uninitialised memory (``empty`` family,
 #    see ``_UNINITIALISED``) are compared by shape and dtype only.
-# 4. The default run takes every sample of every op (``test_op_all_samples``, ~2.5 min on 2
+# 4. The default run takes every sample of every op (``test_op_all_samples``, ~1.5 min on 2
 #    cores with one torch thread) and, as a quick subset that ``-m "not slow"`` keeps, each
 #    op's first sample that eager can run. ``python tests/runtime/test_opdb.py --all-samples`` runs
 #    the sweep and writes docs/opdb.md (from every sample).
