@@ -14,7 +14,7 @@ run must raise :class:`~tritondtr.runtime.UnsupportedOpError` and be listed in d
 #    the same program. Random ops see ``torch.manual_seed(SEED)`` right before the op in both.
 # 3. Values are compared exactly. Ops whose output is uninitialised memory (``empty`` family,
 #    see ``_UNINITIALISED``) are compared by shape and dtype only.
-# 4. The default run takes every sample of every op (``test_op_all_samples``, ~2.5 min on 2
+# 4. The default run takes every sample of every op (``test_op_all_samples``, ~1.5 min on 2
 #    cores with one torch thread) and, as a quick subset that ``-m "not slow"`` keeps, each
 #    op's first sample that eager can run. ``python tests/runtime/test_opdb.py --all-samples`` runs
 #    the sweep and writes docs/opdb.md (from every sample).
@@ -35,6 +35,7 @@ run must raise :class:`~tritondtr.runtime.UnsupportedOpError` and be listed in d
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -48,7 +49,9 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 pytest.importorskip("expecttest")
+from torch.testing._internal import common_utils
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo import core as opinfo_core
 
 from tritondtr.runtime import UnsupportedOpError, enable, unwrap
 
@@ -221,11 +224,27 @@ def documented_unsupported(path: Path = DOCS) -> dict[str, str]:
     }
 
 
+@functools.cache
+def _isolated_sweep(key: str, all_samples: bool) -> tuple[str, str, int]:
+    return sweep_isolated(all_samples, {key}, log=lambda _: None)[key]
+
+
+def _isolated_outcome(key: str, all_samples: bool) -> tuple[str, str, int]:
+    """An ``ISOLATED`` op's outcome, from one child process for both tests where it can be: a
+    sweep of every sample that passed (or in which eager rejected every sample) says the same
+    of the first sample; any other outcome runs the first sample's sweep in a child of its
+    own. A child starts in ~4 s (it imports torch and ``op_db``)."""
+    every = _isolated_sweep(key, True)
+    if all_samples or every[0] in ("pass", "eager-error"):
+        return every
+    return _isolated_sweep(key, False)
+
+
 def _check(op, all_samples: bool, settings: dict = STRESS) -> None:
     if op_id(op) in ISOLATED:
         if settings is not STRESS:
             pytest.skip("runs in a child process, under stress only")
-        outcome, detail, _ = sweep_isolated(all_samples, {op_id(op)}, log=lambda _: None)[op_id(op)]
+        outcome, detail, _ = _isolated_outcome(op_id(op), all_samples)
     else:
         outcome, detail, _ = sweep_op(op, all_samples, settings)
     if outcome == "eager-error":
@@ -239,6 +258,28 @@ def _check(op, all_samples: bool, settings: dict = STRESS) -> None:
         )
         return
     assert outcome == "pass", f"{op_id(op)}: {outcome}: {detail}"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cheap_sample_and_seed_bookkeeping():
+    """Two costs of torch's test machinery that the sweep does not need, gone (each was about
+    half the first-sample tests' time under pytest, more with many modules imported):
+
+    - ``op.sample_inputs`` looks for the ``unittest.TestCase`` running it, twice per op, with
+      ``inspect.stack()``, which reads the source of every frame of pytest's deep stack. No
+      test here is a TestCase, so that search finds none: it returns None directly.
+    - ``torch.manual_seed`` also seeds CUDA, XPU and MTIA; on a machine without one, torch
+      queues that seeding for a later initialisation, with a formatted stack trace, each time.
+      The sweep seeds about three times per sample (``_program`` twice, ``sample_inputs``
+      once); the CPU generator the ops use is still seeded."""
+    patch = pytest.MonkeyPatch()
+    for module in (common_utils, opinfo_core):
+        patch.setattr(module, "extract_test_fn", lambda: None)
+    for backend in (torch.cuda, torch.xpu, torch.mtia):
+        if not backend.is_available():
+            patch.setattr(backend, "manual_seed_all", lambda seed: None)
+    yield
+    patch.undo()
 
 
 def _params():
