@@ -273,10 +273,11 @@ def _cheap_sample_and_seed_bookkeeping():
       The sweep seeds about three times per sample (``_program`` twice, ``sample_inputs``
       once); the CPU generator the ops use is still seeded."""
     patch = pytest.MonkeyPatch()
-    for module in (common_utils, opinfo_core):
-        patch.setattr(module, "extract_test_fn", lambda: None)
-    for backend in (torch.cuda, torch.xpu, torch.mtia):
-        if not backend.is_available():
+    for module in (common_utils, opinfo_core):  # private to torch: absent is fine
+        patch.setattr(module, "extract_test_fn", lambda: None, raising=False)
+    for name in ("cuda", "xpu", "mtia"):
+        backend = getattr(torch, name, None)
+        if backend is not None and not backend.is_available():
             patch.setattr(backend, "manual_seed_all", lambda seed: None)
     yield
     patch.undo()
