@@ -32,6 +32,10 @@ measured by ``enable(budget=None)`` in tritondtr's accounting (NOTE [ Budget acc
 #    for every other setting the median time it adds to eager's step over ``ops``: the price
 #    per op measured on a whole step, not on one op in a loop (bench_runtime_dispatch.py).
 #    The per-op table (``--per-op``) puts small-op and large-op steps side by side.
+# 7. ``dispatches``: the ATen calls a dispatch mode sees in one step (``floor.Counting``,
+#    untimed). More than ``ops``: under any dispatch mode autograd's saves of outputs
+#    (``detach``) and the ops on plain tensors (a backward's ``t``, an optimizer's update)
+#    reach the mode too, and every one of them pays the interposition's round trip.
 
 examples:
   python benchmarks/bench_runtime_budget.py                     # CPU zoo, ~2 min on 2 cores
@@ -56,7 +60,7 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # and the root, for tests.zoo
 
-from floor import ModeOnly, WrapperFloor  # noqa: E402
+from floor import Counting, ModeOnly, WrapperFloor  # noqa: E402
 from harness import (  # noqa: E402
     Env,
     Row,
@@ -194,6 +198,9 @@ def bench_model(
     base_run, base_stats = under(b.step, budget=None)
     base_run()
     peak, ops = base_stats[-1].peak_bytes, base_stats[-1].ops
+    counting = Counting()
+    with counting:  # rule 7
+        b.step()
     settings = [
         ("eager", None),
         ("dispatch-mode", ModeOnly),
@@ -256,6 +263,7 @@ def bench_model(
         if provider == "eager":
             eager_ms = ms.median
             row("ops", provider, Stats.of([ops]), "count", None, params)
+            row("dispatches", provider, Stats.of([counting.calls]), "count", None, params)
         row("step_time", provider, ms, "ms", t, params)
         row("slowdown", provider, Stats.of([ms.median / eager_ms]), "x", None, params)
         # rule 6: eager's row is its own time per op, every other row the time added per op
@@ -331,14 +339,15 @@ def per_op_table(rows: list[Row]) -> str:
         for p in dict.fromkeys(r.provider for r in rows if r.what == "step_time")
         if p not in ("eager", "dispatch-mode")
     ]
-    head = "| step | ops / step | eager ms / step | eager us / op | " + " | ".join(
-        f"{p} +us / op (x eager)" for p in providers
-    )
-    lines = [head + " |", "|---|---:|---:|---:|" + "---:|" * len(providers)]
+    head = "| step | ops / step | dispatches / step | eager ms / step | eager us / op | "
+    head += " | ".join(f"{p} +us / op (x eager)" for p in providers)
+    lines = [head + " |", "|---|---:|---:|---:|---:|" + "---:|" * len(providers)]
     for m in dict.fromkeys(model_of(r) for r in rows):
         ops = cell[m, "eager", "ops"].median
         eager = cell[m, "eager", "step_time"].median
-        parts = [m, f"{ops:,.0f}", f"{eager:.1f}", f"{cell[m, 'eager', 'per_op_us'].median:.1f}"]
+        calls = cell[m, "eager", "dispatches"].median
+        parts = [m, f"{ops:,.0f}", f"{calls:,.0f}", f"{eager:.1f}"]
+        parts.append(f"{cell[m, 'eager', 'per_op_us'].median:.1f}")
         for p in providers:
             if (m, p, "per_op_us") in cell:
                 parts.append(

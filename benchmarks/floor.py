@@ -31,6 +31,18 @@ class ModeOnly(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class Counting(ModeOnly):
+    """Calls every op and counts it: the ATen calls any dispatch mode sees (``calls``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
 class _Wrapped(torch.Tensor):
     """A wrapper subclass holding a plain tensor in ``_plain``."""
 

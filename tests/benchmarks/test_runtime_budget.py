@@ -43,6 +43,7 @@ def test_per_op_rows_are_the_step_times_over_the_ops(rows, model):
         added = _cell(rows, model, setting, "step_time") - eager
         assert _cell(rows, model, setting, "per_op_us") == pytest.approx(1e3 * added / ops)
     assert _cell(rows, model, "50%", "evictions") > 0
+    assert _cell(rows, model, "eager", "dispatches") >= ops  # rule 7: every op, and more
     assert not [r for r in rows if r["provider"] in ("wrapper-floor", "not-binding", "70%")]
 
 
