@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_writes import assigned, unsubscripted, written
+
 CORE = Path(__file__).resolve().parents[2] / "tritondtr" / "core"
 
 # Classes with state, by file: NOTE [ Core parts ] rule 1.
@@ -31,42 +33,13 @@ LENT = {
 }
 # The core's own methods in files of their own, which declare and write nothing (rule 2).
 STATELESS = {"evict.py": "Evictor", "remat.py": "Rematerializer"}
-MUTATORS = {
-    "append",
-    "extend",
-    "insert",
-    "pop",
-    "popitem",
-    "remove",
-    "clear",
-    "update",
-    "setdefault",
-    "add",
-    "discard",
-    "sort",
-    "reverse",
-}
 
 
 def _self_field(node: ast.AST) -> str | None:
     """``F`` for ``self.F``, ``self.F[...]`` and ``self.F[...][...]``, else None."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
+    node = unsubscripted(node)
     named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
     return node.attr if named and node.value.id == "self" else None
-
-
-def _targets(node: ast.AST) -> list[ast.AST]:
-    if isinstance(node, ast.Assign):
-        out = []
-        for t in node.targets:
-            out += list(t.elts) if isinstance(t, ast.Tuple) else [t]
-        return out
-    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        return [node.target]
-    if isinstance(node, ast.Delete):
-        return list(node.targets)
-    return []
 
 
 def declared(cls: ast.ClassDef) -> set[str]:
@@ -75,7 +48,7 @@ def declared(cls: ast.ClassDef) -> set[str]:
     for fn in cls.body:
         if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
             for node in ast.walk(fn):
-                for t in _targets(node):
+                for t in assigned(node):
                     if isinstance(t, ast.Attribute) and _self_field(t) == t.attr:
                         out.add(t.attr)
     return out
@@ -92,7 +65,7 @@ def writes(cls: ast.ClassDef) -> dict[str, set[str]]:
         alias: dict[str, str] = {}
         for node in ast.walk(fn):
             if isinstance(node, ast.Assign):
-                targets = _targets(node)
+                targets = assigned(node)
                 values = (
                     list(node.value.elts)
                     if isinstance(node.value, ast.Tuple) and len(targets) > 1
@@ -103,20 +76,10 @@ def writes(cls: ast.ClassDef) -> dict[str, set[str]]:
                     if isinstance(t, ast.Name) and f is not None:
                         alias[t.id] = f
         for node in ast.walk(fn):
-            hits = []
-            for t in _targets(node):
-                if isinstance(t, ast.Attribute):
-                    hits.append(_self_field(t))
-                elif isinstance(t, ast.Subscript):
-                    base = t
-                    while isinstance(base, ast.Subscript):
-                        base = base.value
-                    hits.append(_self_field(t) or alias.get(getattr(base, "id", None)))
-            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            if call and node.func.attr in MUTATORS:
-                obj = node.func.value
-                hits.append(_self_field(obj) or alias.get(getattr(obj, "id", None)))
-            for f in hits:
+            for t in written(node):
+                if isinstance(t, ast.Name) and not isinstance(node, ast.Call):
+                    continue  # a local bound again: no write
+                f = _self_field(t) or alias.get(getattr(unsubscripted(t), "id", None))
                 if f is not None:
                     found.setdefault(f, set()).add(fn.name)
     return found
@@ -219,23 +182,8 @@ def _core_writes(source: str) -> list[tuple[int, str]]:
     ``session.core.X`` assigned, item-assigned, deleted or mutated."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        targets = []
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                targets += t.elts if isinstance(t, ast.Tuple) else [t]
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, ast.Delete):
-            targets = list(node.targets)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in MUTATORS
-        ):
-            targets = [node.func.value]
-        for t in targets:
-            while isinstance(t, ast.Subscript):
-                t = t.value
+        for t in written(node):
+            t = unsubscripted(t)
             if not isinstance(t, ast.Attribute):
                 continue
             root = t.value

@@ -1,5 +1,5 @@
-"""Issue 26's one-op-path rule, read from the source: no module of the runtime but
-session.py writes a field of the session (assigns ``session.X``, an item of it, or calls a
+"""Only session.py writes the session's fields, read from the source: no other module of the
+runtime writes a field of the session (assigns ``session.X``, an item of it, or calls a
 mutating method on it); they call the session's own methods (``died``, ``observe``,
 ``in_flight``, ``watch_leaf``, ...). A session is reached as ``session``, ``owner`` (the
 OutputOwner of outputs.py) or ``self.session``."""
@@ -9,15 +9,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.source_writes import unsubscripted, written
+
 RUNTIME = Path(__file__).resolve().parents[2] / "tritondtr" / "runtime"
 NAMES = {"session", "owner"}
-MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard"}
 
 
 def _session_field(node: ast.AST) -> str | None:
     """``X`` for ``session.X`` / ``owner.X`` / ``self.session.X`` (and items of it)."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
+    node = unsubscripted(node)
     if not isinstance(node, ast.Attribute):
         return None
     root = node.value
@@ -31,22 +31,7 @@ def _session_field(node: ast.AST) -> str | None:
 def session_writes(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = [
-                e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])
-            ]
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, ast.Delete):
-            targets = list(node.targets)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in MUTATORS
-        ):
-            targets = [node.func.value]
-        for t in targets:
+        for t in written(node):
             field = _session_field(t)
             if field is not None:
                 found.append((node.lineno, field))
