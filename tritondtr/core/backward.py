@@ -131,14 +131,11 @@ class BackwardPins:
         else:
             del self.out_locks[sid]
 
-    def check_unlocked(self, sid: int, what: str) -> None:
-        if sid in self.out_locks:
-            raise AssertionError(f"bug of tritondtr: {what} locked storage {sid}")
-
     # ------------------------------------------------------------- leaving
     def externalize(self, sid: int) -> None:
         """``sid``, kept out of the engine, became external."""
-        self.check_unlocked(sid, "externalizing")
+        if sid in self.out_locks:
+            raise AssertionError(f"bug of tritondtr: externalizing locked storage {sid}")
         self.out.pop(sid, None)
 
     def forget(self, sid: int, kept_out: bool) -> None:

@@ -29,7 +29,7 @@ import torch
 
 from ..engine.residency import RESIDENT
 from .errors import BudgetError
-from .unheld import DESCENDANTS as _ANC
+from .unheld import DESCENDANTS
 
 __all__ = ["Evictor"]
 
@@ -84,9 +84,9 @@ class Evictor:
         else:
             v = eng.choose(self.now)
         scorer = self.scorer  # NOTE [ Unheld storages ] in unheld.py (rule 5: not once forced)
-        if v is not None and scorer.unheld and not self.pins.forced and eng.heuristic in _ANC:
-            return scorer.victim(eng, v, self.now)
-        return v
+        if v is None or not scorer.unheld or self.pins.forced:
+            return v
+        return scorer.victim(eng, v, self.now) if eng.heuristic in DESCENDANTS else v
 
     def _unpin_backward(self) -> bool:
         """NOTE [ Backward storages ] rules 2 to 5 in backward.py: the storages kept out of
