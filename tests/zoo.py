@@ -69,7 +69,7 @@ class _Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
-        mask = torch.ones(t, t).tril() == 0
+        mask = torch.ones(t, t, device=x.device).tril() == 0
         att = self.drop(att.masked_fill(mask, float("-inf")).softmax(-1))
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
         x = x + self.drop(self.proj(y))
@@ -94,7 +94,7 @@ class GPT(nn.Module):
         self.ln, self.drop = nn.LayerNorm(d), nn.Dropout(p)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1])
+        pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok(idx) + self.pos(pos))
         for blk in self.blocks:
             x = blk(x)
