@@ -165,3 +165,43 @@ def test_allocator_oom_with_nothing_to_evict_propagates():
             torch.ops.tritondtr_test.oom_then_double(b)
         _FAILS["left"] = 0
         assert torch.equal(rt.unwrap(b), x + 1) and s.stats.evictions == 0
+
+
+def test_a_refused_recomputation_keeps_its_resident_input():
+    """NOTE [ Out-of-memory fallback ] rule 6: the budget never binds, so the core does not
+    lock the resident input of a recomputation (NOTE [ Iterative rematerialization ] rule 8),
+    and a refused replay's retry must not evict it: with the input the only other storage, the
+    retry has nothing to evict and the allocator's error propagates. The retry evicted the input
+    and the replay then raised "a recipe reads an evicted storage" (found by a CPU model of the
+    GPU check's out-of-memory probe: a dispatch mode under the session that refuses above a
+    byte limit)."""
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(budget="1GiB", debug=True) as s:
+        a = x + 1
+        y = torch.ops.tritondtr_test.oom_on_replay(a)
+        s.evict_all()
+        a * 1  # a recomputed to be read, resident again; the product dies at once
+        _FAIL["replays"] = 1
+        with pytest.raises(torch.OutOfMemoryError, match="raised by the test"):
+            y * 2
+        assert _FAIL["replays"] == 0
+        assert torch.equal(rt.unwrap(y * 2), (x + 1) * 3 * 2)
+
+
+def test_a_refused_recomputation_evicts_another_storage_and_keeps_its_input():
+    """Rule 6 with something else to evict: the retry evicts it, never the replay's input."""
+    x = torch.randn(1000)
+    _FAIL.update(calls=0, replays=0)
+    with rt.enable(budget="1GiB", debug=True) as s:
+        a = x + 1
+        y = torch.ops.tritondtr_test.oom_on_replay(a)
+        other = (x * 5).sin()
+        s.evict_all()
+        a * 1, other * 1  # both resident again: the retry's only candidates
+        before = s.stats.evictions
+        _FAIL["replays"] = 1
+        z = y * 2
+        assert _FAIL["replays"] == 0 and s.stats.evictions == before + 1
+        assert torch.equal(rt.unwrap(z), (x + 1) * 3 * 2)
+        assert torch.equal(rt.unwrap(other), (x * 5).sin())

@@ -19,11 +19,20 @@
 # 5. The allocator's refusal is ``torch.OutOfMemoryError`` (CUDA), or on a CPU the
 #    ``RuntimeError`` of PyTorch's CPU allocator ("DefaultCPUAllocator: can't allocate
 #    memory"), which is not an ``OutOfMemoryError`` class; both are retried.
+# 6. A recomputation's retry keeps the recipe's resident inputs while it evicts (locked for
+#    the retry's evictions): the core locks a recomputation's inputs only when it is over
+#    budget (NOTE [ Iterative rematerialization ] rule 8 in core/remat.py: only room-making
+#    evicts), and a refusal comes at any budget. Without the locks a retry could evict the
+#    very input the replay reads (a GPU probe's step under a budget that never bound).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
+
+from ..engine.residency import RESIDENT
 
 __all__ = ["evict_for_retry", "is_oom"]
 
@@ -36,11 +45,20 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, _OOM) or (isinstance(e, RuntimeError) and _CPU_REFUSAL in str(e))
 
 
-def evict_for_retry(core, attempt: int) -> bool:
-    """Rule 2: evict up to ``2**attempt`` victims; False if none was evictable."""
-    if not core.evict_one():
-        return False
-    for _ in range((1 << min(attempt, 30)) - 1):
+def evict_for_retry(core, attempt: int, keep: Iterable[int] = ()) -> bool:
+    """Rule 2: evict up to ``2**attempt`` victims, none of the storages ``keep`` (rule 6);
+    False if none was evictable."""
+    state = core.state
+    kept = [sid for sid in keep if state[sid] == RESIDENT]
+    for sid in kept:
+        core.lock(sid)
+    try:
         if not core.evict_one():
-            break
-    return True
+            return False
+        for _ in range((1 << min(attempt, 30)) - 1):
+            if not core.evict_one():
+                break
+        return True
+    finally:
+        for sid in kept:
+            core.unlock(sid)

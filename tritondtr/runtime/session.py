@@ -791,8 +791,8 @@ class Session:
                 # A replay into a consumed buffer may have written part of it: no retry.
                 if src is not None or not self.core.evicting or not is_oom(e):
                     raise
-                if not evict_for_retry(self.core, attempt):
-                    raise
+                if not evict_for_retry(self.core, attempt, self.core.inputs[sid]):
+                    raise  # NOTE [ Out-of-memory fallback ] rule 6: the recipe's inputs stay
                 attempt += 1
         if src is not None:
             src.buf = None
