@@ -139,8 +139,12 @@ def probe_oom(device: str | torch.device) -> dict:
     device = torch.device(device)
     if device.type != "cuda":
         return dict(ok=True, skipped="CUDA only")
-    lin = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).to(device)
-    x = torch.randn(4096, 2048, device=device)
+    # Activations (64 MiB each) dominate, weight gradients (4 MiB each, never evictable) do
+    # not: the least a step can run in is a few activations, well under 60 % of eager's. The
+    # first H200 run used 2048-wide layers on 4096 rows, whose weight gradients alone came near
+    # the 60 % and left nothing a retry could free.
+    lin = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(device)
+    x = torch.randn(16384, 1024, device=device)
 
     def step():
         torch.manual_seed(0)
@@ -165,7 +169,9 @@ def probe_oom(device: str | torch.device) -> dict:
     need = torch.cuda.max_memory_allocated(device) - base
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(device).total_memory
-    torch.cuda.set_per_process_memory_fraction((base + int(need * 0.6)) / total, device)
+    allowed = base + int(need * 0.6)
+    torch.cuda.set_per_process_memory_fraction(allowed / total, device)
+    s = None
     try:
         try:
             step()
@@ -186,7 +192,14 @@ def probe_oom(device: str | torch.device) -> dict:
             remats=s.stats.rematerializations,
         )
     except torch.OutOfMemoryError as e:
-        return dict(ok=False, error=str(e)[:200])
+        got = (
+            {}
+            if s is None
+            else dict(evictions=s.stats.evictions, remats=s.stats.rematerializations)
+        )
+        mib = 2**20
+        sizes = dict(base_mib=base // mib, need_mib=need // mib, allowed_mib=allowed // mib)
+        return dict(ok=False, **sizes, **got, error=str(e)[:400])
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
         torch.cuda.empty_cache()
