@@ -143,11 +143,13 @@ def stage_gpu_tests(ctx) -> None:
 
     env = dict(os.environ, TRITON_INTERPRET="0" if ctx.cuda else "1")
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"]
+    cmd += ["--durations=15"]
     if not ctx.cuda:
         cmd.append("--collect-only")
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    (ctx.out / "gpu_tests.txt").write_text(p.stdout + p.stderr)
-    tail = (p.stdout.strip().splitlines() or ["(no output)"])[-1]
+    log = ctx.out / "gpu_tests.txt"
+    with open(log, "w") as f:  # straight to the file: a stage cut at its cap keeps the log
+        p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, text=True)
+    tail = (log.read_text().strip().splitlines() or ["(no output)"])[-1]
     ctx.figure("pytest -m gpu", tail)
     ctx.check("pytest -m gpu", p.returncode == 0, tail)
 
@@ -562,7 +564,7 @@ def stage_dispatch(ctx) -> None:
 
 STAGES = [
     ("env", 60, stage_env),
-    ("gpu-tests", 120, stage_gpu_tests),
+    ("gpu-tests", 180, stage_gpu_tests),
     ("bitwise", 90, stage_bitwise),
     ("probes", 40, stage_probes),
     ("zoo", 60, stage_zoo),
