@@ -562,6 +562,31 @@ def stage_dispatch(ctx) -> None:
     ctx.figure("dispatch us per op (added)", round(us, 2))
 
 
+# ------------------------------------------------------------------------------- sim
+def stage_sim(ctx) -> None:
+    """The simulator's GPU target (NOTE [ Scaling benchmark ] rule 4 in bench_sim_scaling.py):
+    a 1M-tensor trace (``random_dag(1e6, live=2e5)``) replayed at ratio 0.9 with full-scan
+    selection on the device, under a minute. ``--tiny``: 2,000 tensors on the CPU."""
+    from tritondtr.sim import generators as gen
+    from tritondtr.sim.simulate import simulate
+
+    n, live = (2_000, 400) if ctx.tiny else (10**6, 200_000)
+    t0 = time.perf_counter()
+    trace = gen.random_dag(n, live=live)
+    ctx.row(
+        "generate_s", f"random_dag({n:.0e}, live={live})", round(time.perf_counter() - t0, 2), "s"
+    )
+    r = simulate(trace, "dtr_eq", ratio=0.9, backend="auto", device=ctx.device)
+    ctx.row("replay_s", f"{trace.num_tensors} tensors, ratio 0.9", round(r.wall_s, 2), "s")
+    ctx.row("selections", f"{trace.num_tensors} tensors, ratio 0.9", r.selections, "count")
+    ctx.figure(
+        f"{trace.num_tensors:,} tensors at 0.9",
+        f"{r.wall_s:.1f} s, {r.status}, {r.selections} selections",
+    )
+    if not ctx.tiny:
+        ctx.figure("target: under a minute", "met" if r.wall_s < 60 else "missed")
+
+
 STAGES = [
     ("env", 60, stage_env),
     ("gpu-tests", 180, stage_gpu_tests),
@@ -574,5 +599,6 @@ STAGES = [
     ("latency", 30, stage_latency),
     ("dispatch", 20, stage_dispatch),
     ("link", 30, stage_link),
+    ("sim", 120, stage_sim),
 ]
 """(name, cap in seconds, function), highest value first (NOTE [ GPU check ] rule 1)."""
