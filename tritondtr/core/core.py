@@ -118,12 +118,17 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 
 # NOTE [ Op protocol ]
 # 1. Both drivers, the runtime's session (``Session._call``) and the twin (``_Twin._call``),
-#    take every op through the core in one order: ``prepare`` (NOTE [ Lazy engine ] rule 2);
-#    ``use_evicted`` (rule 2); ``use`` of each tracked input, in argument order, duplicates
-#    too; ``begin(name)`` (the clock, room made); the op runs; ``release_inputs``; per
-#    output, fresh ones first: ``hand_out`` of the storage an in-place write replaces, then
-#    ``new``; ``end``. An op that raises before its outputs are tracked (BudgetError from
-#    ``use`` or ``begin``, the op's own error) gets ``release_inputs`` and nothing more.
+#    take every op through the core in one order: ``enter(name, sids)`` with the op's
+#    tracked inputs in argument order, duplicates too, which is ``prepare`` (NOTE [ Lazy
+#    engine ] rule 2), ``use_evicted`` (rule 2), ``use`` of each input and ``begin(name)``
+#    (the clock, room made), written once there; the driver reads the inputs' buffers only
+#    after it; the op runs; ``release_inputs``; per output, fresh ones first: ``hand_out`` of
+#    the storage an in-place write replaces, then ``new``; ``end``. An op that raises before
+#    its outputs are tracked (BudgetError from ``enter``, the op's own error) gets
+#    ``release_inputs`` and nothing more. While the core is lazy and within its budget,
+#    ``enter`` records the accesses and advances the clock inline (NOTE [ Lazy engine ] rule
+#    1): one call per op, which made the binding no slower than ``use`` per input had been
+#    (dispatch rounds: -0.7 to +2.2 % per op, noise).
 # 2. ``use_evicted`` is called once the engine is built, for two or more tracked inputs of
 #    which one is evicted (NOTE [ Evicted inputs first ]): it does nothing otherwise.
 # 3. The core holds the op's locks: an input that ``use`` or ``use_evicted`` recomputed
@@ -170,18 +175,17 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    the inputs before it, locked. In a backward pass these are often large and cheap to
 #    get back: ``gelu_backward(grad, h)`` locks the 1 MB gradient while the chain that
 #    rebuilds ``h`` from the last resident activation needs that room.
-# 2. So once the engine is built (nothing is ever evicted before), the driver first hands
-#    the op's tracked inputs, in argument order, to :meth:`Core.use_evicted`, which
+# 2. So once the engine is built (nothing is ever evicted before), :meth:`Core.enter` first
+#    hands the op's tracked inputs, in argument order, to :meth:`Core.use_evicted`, which
 #    materializes the evicted ones (each left locked for the caller) before any resident
 #    input is used; then ``use`` runs on every input as before. A resident input that the
 #    first pass evicted is recomputed by its ``use``, beside the inputs already there. An op
 #    with one tracked input needs no first pass (its ``use`` makes the same decisions):
 #    ``use_evicted`` returns at once for fewer than two storages.
-# 3. The runtime and the twin call it with the same storages in the same order (the
-#    inputs as the op records them) and only when it can act: two or more of them, one
-#    evicted (NOTE [ Op protocol ] rule 2); the runtime builds the list only for ops that
-#    may read more than one tensor (``OpInfo.several``, from the schema). Measured on the
-#    twin: docs/history/simulator-log.md, Tight budgets on TinyGPT.
+# 3. ``Core.enter`` calls it for both drivers, with the op's tracked inputs in the order the
+#    op records them, and only when it can act: two or more of them, one evicted (NOTE [ Op
+#    protocol ] rule 2). Measured on the twin: docs/history/simulator-log.md, Tight budgets
+#    on TinyGPT.
 # 4. The inputs it made resident stay locked while the next evicted one is recomputed; the
 #    inputs that were resident are not locked, so a recomputation may evict one. So it runs
 #    in rounds until every input is resident (at most one more round than inputs; ``use``
@@ -574,6 +578,34 @@ class Core(Evictor, Rematerializer):
                 eng.evict(self.eslot[sid])
 
     # ------------------------------------------------------------------ ops
+    def enter(self, name: str, sids: list[int]) -> None:
+        """Op ``name`` is about to run with tracked inputs ``sids`` (in argument order,
+        duplicates too): NOTE [ Op protocol ] rule 1 up to the op: :meth:`prepare`,
+        :meth:`use_evicted`, :meth:`use` of each, :meth:`begin`. Both drivers call this;
+        their inputs' buffers are resident (and kept so) once it returns."""
+        acc = self.bytes  # prepare, use and begin inline: once per op
+        over = acc.budget is not None and acc.resident > acc.budget
+        if self.lazy:
+            if over:  # NOTE [ Lazy engine ] rule 2
+                self.sync()
+            else:  # NOTE [ Lazy engine ] rule 1: resident, nothing to lock
+                seen, now = self.seen, self.now
+                for sid in sids:
+                    seen[sid] = now
+                self.now = now + 1
+                acc.op_bytes = 0
+                return
+        if len(sids) > 1:  # rule 2
+            state = self.state
+            for sid in sids:
+                if state[sid] == EVICTED:
+                    self.use_evicted(sids)
+                    break
+        use = self.use
+        for sid in sids:
+            use(sid)
+        self.begin(name)
+
     def prepare(self) -> None:
         """Before an op reads its inputs: NOTE [ Lazy engine ] rule 2."""
         if self.lazy:

@@ -307,7 +307,6 @@ class OpInfo:
     of the rare cases (in-place view, a written argument, refused, uninitialized memory,
     inert) applies: checked before tracking. ``inert``: the op takes no tensor and returns
     none (the profiler's ``record_function`` markers; NOTE [ What is tracked ] rule 6).
-    ``several``: the op may read more than one tensor (a list argument counts as several).
     ``random``: its generator states are captured and replayed (NOTE [ Op semantics ] rule
     4); ``generators`` and ``rng_defaults`` say which (NOTE [ RNG replay ] rule 3).
     """
@@ -335,7 +334,6 @@ class OpInfo:
     may_copy: bool = False  # a view return that may be a copy (NOTE [ Op semantics ] rule 10)
     bump: tuple[int | str, ...] = ()  # written args whose version the session bumps (rule 11)
     alias: bool = False  # returns its argument, same geometry, reads nothing (rule 12)
-    several: bool = True  # may read more than one tensor (NOTE [ Evicted inputs first ])
     generators: tuple[int | str, ...] = ()  # positions (or names) of Generator arguments
     rng_defaults: bool = False  # outside ATen: every default generator is captured (rule 4c)
     semantics: Semantics = field(default_factory=Semantics)
@@ -471,7 +469,6 @@ def _analyze(func) -> OpInfo:
         may_copy=any(v is not None for _, v, _ in rets) and _composite(func),
         bump=tuple(written) if written and schema.name.startswith("aten::_foreach_") else (),
         alias=alias,
-        several=len(args) > 1 or any(k != ONE for _, k, _ in args),
         generators=tuple(generators),
         rng_defaults=outside,
         semantics=sem,

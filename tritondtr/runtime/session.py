@@ -97,7 +97,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
-from ..engine.residency import EVICTED, FREE
+from ..engine.residency import FREE
 from ..units import format_bytes
 from . import boundary, collector, plaindata
 from . import device as devices
@@ -462,16 +462,13 @@ class Session:
     def _call(self, info, args, kwargs):
         core, func = self.core, info.func  # NOTE [ Op protocol ] in core/core.py
         self.depth += 1
-        core.prepare()  # NOTE [ Lazy engine ] rule 2: before any input is locked
         try:
-            if not core.lazy and info.several:  # NOTE [ Evicted inputs first ] in core/core.py
-                self._use_evicted(info, args, kwargs)
             inputs, parents, wrote = [], [], []
             written = info.written
             pargs = list(args)
             if info.flat is not None:  # single positional tensors: walk them directly
                 pkw = kwargs
-                n, lazy = len(args), core.lazy
+                n = len(args)
                 for i in info.flat:
                     if i >= n:
                         break
@@ -480,21 +477,26 @@ class Session:
                         cell = v._cell
                         s = cell.storage
                         if cell.session is self and s.recipe is not None:
-                            if lazy and s.buf is None:
-                                pargs[i] = self._in(v, i, -1, False, inputs, parents, wrote)
-                                continue
-                            core.use(s.sid)  # may recompute it: s.buf after
                             parents.append(s.sid)
-                            view = v._view
-                            inputs.append(_new_tuple(Input, (i, -1, s, view, None, READ)))
-                            buf = s.buf
-                            pargs[i] = buf if view is None else derive(buf, view)
+                            inputs.append(_new_tuple(Input, (i, -1, s, v._view, None, READ)))
                             continue
                     if v is not None:
                         pargs[i] = self._in(v, i, -1, i in written, inputs, parents, wrote)
             else:
                 pkw = dict(kwargs)
                 self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
+            core.enter(info.name, parents)  # resident and kept so: their buffers now
+            if parents:
+                for e in inputs:
+                    if e.mode <= WRITE:
+                        buf, view = e.source.buf, e.view
+                        if view is not None:
+                            buf = derive(buf, view)
+                        key, j = e.key, e.index
+                        if j < 0:
+                            (pargs if type(key) is int else pkw)[key] = buf
+                        else:
+                            (pargs if type(key) is int else pkw)[key][j] = buf
             if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
                 for k, e in enumerate(inputs):
                     if e.mode == PLAIN and e.key in written:
@@ -502,7 +504,6 @@ class Session:
             blanks = None
             if info.overwrites and wrote:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
-            core.begin(info.name)
             rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
             timer = self.timer
             attempt = 0
@@ -623,26 +624,6 @@ class Session:
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
             self._precision = devices.precision_flags()  # NOTE [ Precision flags ]
 
-    def _use_evicted(self, info, args, kwargs) -> None:
-        """NOTE [ Evicted inputs first ] in core/core.py: the op's tracked inputs, in the
-        order ``_in`` records them, to ``Core.use_evicted`` if they are two or more and one
-        of them is evicted (NOTE [ Op protocol ] rule 2)."""
-        sids, evicted, state = [], False, self.core.state
-        n = len(args)
-        for i, kind, name in info.args:
-            v = kwargs.get(name) if name is not None else args[i] if i < n else None
-            if v is None:
-                continue
-            for t in (v,) if kind == ONE else v:
-                if type(t) in WRAPPER_TYPES:
-                    cell = t._cell
-                    st = cell.storage
-                    if cell.session is self and st.recipe is not None:
-                        sids.append(st.sid)
-                        evicted = evicted or state[st.sid] == EVICTED
-        if evicted and len(sids) > 1:
-            self.core.use_evicted(sids)
-
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
         written = info.written
@@ -671,15 +652,12 @@ class Session:
         if type(v) in WRAPPER_TYPES:
             cell = v._cell
             s = cell.storage
-            if cell.session is self and s.recipe is not None:
-                self.core.use(s.sid)
+            if cell.session is self and s.recipe is not None:  # its buffer after Core.enter
                 parents.append(s.sid)
-                view = v._view
-                inputs.append(_new_tuple(Input, (key, j, s, view, None, WRITE if w else READ)))
+                inputs.append(_new_tuple(Input, (key, j, s, v._view, None, WRITE if w else READ)))
                 if w:
                     wrote.append(cell)
-                buf = s.buf
-                return buf if view is None else derive(buf, view)
+                return None
             v = cell.session.value(v, escape=True)  # external storage or foreign
         elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
             return v

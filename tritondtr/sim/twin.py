@@ -48,7 +48,7 @@ from collections.abc import Callable
 import torch
 
 from ..core import BudgetError, Core, ThrashError
-from ..engine.residency import EVICTED, EXTERNAL, FREE, RESIDENT
+from ..engine.residency import EXTERNAL, FREE, RESIDENT
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .replay import RunStats
 
@@ -220,11 +220,9 @@ class _Twin:
             return self._attempt(o)
         core, base, sid_of = self.core, self.base, self.sid
         inputs, lo = self.inputs, self.in_ptr[o]
-        core.prepare()  # NOTE [ Op protocol ] in core/core.py
         parents = []
-        self._use(o, parents)
         name = self.name[o]
-        core.begin(name)
+        core.enter(name, self._used(o, parents))  # NOTE [ Op protocol ] in core/core.py
         core.release_inputs()
         parents = tuple(parents)
         cost = self.cost[o]
@@ -269,11 +267,10 @@ class _Twin:
             refs[t] = 1
         core.end()
 
-    def _use(self, o: int, parents: list[int]) -> None:
-        """Rule 2's ``use`` of op ``o``'s tracked inputs, in input order (NOTE [ Op protocol ]
-        rule 2 in core/core.py); those that are its parents (not ``BLANK``) go to
-        ``parents``."""
-        core, base, sid_of, state = self.core, self.base, self.sid, self.core.state
+    def _used(self, o: int, parents: list[int]) -> list[int]:
+        """Op ``o``'s tracked inputs, in input order, for ``Core.enter`` (NOTE [ Op protocol ]
+        in core/core.py); those that are its parents (not ``BLANK``) go to ``parents``."""
+        base, sid_of, state = self.base, self.sid, self.core.state
         inputs, in_flags = self.inputs, self.in_flags
         used = []
         for p in range(self.in_ptr[o], self.in_ptr[o + 1]):
@@ -286,22 +283,15 @@ class _Twin:
             used.append(s)
             if not in_flags[p] & _BLANK:
                 parents.append(s)
-        if (  # NOTE [ Evicted inputs first ] in core/core.py
-            not core.lazy and len(used) > 1 and any(state[s] == EVICTED for s in used)
-        ):
-            core.use_evicted(used)
-        for s in used:
-            core.use(s)
+        return used
 
     def _attempt(self, o: int) -> None:
         """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
         before it ran: ``prepare``, ``use`` of its tracked inputs, ``begin``, whichever raises
         ends it; its locks are released; no output, no ``end``, no compute."""
         core = self.core
-        core.prepare()
         try:
-            self._use(o, [])
-            core.begin(self.name[o])
+            core.enter(self.name[o], self._used(o, []))
         except BudgetError:
             pass
         finally:
