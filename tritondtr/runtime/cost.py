@@ -144,7 +144,7 @@ class AnalyticCost:
         object.__setattr__(self, "_ns_per_byte", 1e9 / self.bytes_per_s)
 
     def __call__(self, op, args, kwargs, out) -> float:
-        nbytes = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
+        nbytes = _io_bytes(args, kwargs, out)
         cost = self.op_ns + nbytes * self._ns_per_byte
         formula = _formula(op)
         if formula is not None:
@@ -212,7 +212,7 @@ class GPUCost:
         )
 
     def __call__(self, op, args, kwargs, out) -> float:
-        nbytes = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
+        nbytes = _io_bytes(args, kwargs, out)
         cost = self.op_ns + nbytes * self._ns_per_byte
         formula = _formula(op)
         if formula is not None:
@@ -257,9 +257,11 @@ def _dtype(args, out):
     return out.dtype if isinstance(out, _Tensor) else None
 
 
-def _nbytes(values) -> int:
+def _io_bytes(args, kwargs, out) -> int:
+    """The bytes of every tensor argument and output, a list's tensors too (one pass: it
+    runs once per tracked op under the analytic models)."""
     n = 0
-    for v in values:
+    for v in (*args, *kwargs.values(), out) if kwargs else (*args, out):
         if isinstance(v, _Tensor):
             n += v.nbytes
         elif type(v) in (list, tuple):
@@ -302,7 +304,8 @@ def flops(formula, op, args, kwargs, out) -> int:
     """FLOPs of ``op`` by PyTorch's shape formula ``formula``; 0 where it refuses the shapes
     (the op is then priced by its bytes alone). Cached per op and shapes: some formulas call
     others through PyTorch's tree-mapping wrapper, ~15 us a call."""
-    a, o = _shape(args), _shape(out)
+    a = tuple([v.shape if isinstance(v, _Tensor) else _shape(v) for v in args])
+    o = out.shape if isinstance(out, _Tensor) else _shape(out)
     kw = {k: _shape(v) for k, v in kwargs.items()} if kwargs else {}
     key = (op, a, tuple(kw.items()), o) if kw else (op, a, o)
     try:
