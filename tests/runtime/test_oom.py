@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tritondtr.runtime as rt
 from tritondtr.runtime.oom import is_oom
@@ -205,3 +206,42 @@ def test_a_refused_recomputation_evicts_another_storage_and_keeps_its_input():
         assert _FAIL["replays"] == 0 and s.stats.evictions == before + 1
         assert torch.equal(rt.unwrap(z), (x + 1) * 3 * 2)
         assert torch.equal(rt.unwrap(other), (x * 5).sin())
+
+
+class _RefuseOnce(TorchDispatchMode):
+    """Under the session's mode: the allocator refusing the first call of ``op``. A custom
+    op would not do: an unknown op counts as random, which rule 7 does not retry."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.left = op, 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is self.op and self.left:
+            self.left -= 1
+            raise torch.OutOfMemoryError("out of memory (raised by the test)")
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_refused_op_on_plain_tensors_evicts_and_retries():
+    """Rule 7: an op with no tracked input under no_grad (an optimizer's out-of-place op)
+    refused by the allocator while the session holds evictable storages (found by fuzzing
+    the CPU model of the GPU's out-of-memory probe)."""
+    x, p = torch.randn(100), torch.rand(100)
+    refuse = _RefuseOnce(torch.ops.aten.sqrt.default)
+    with refuse, rt.enable(budget="1GiB", debug=True) as s:
+        keep = [(x * k).sin() for k in range(4)]
+        with torch.no_grad():
+            q = p.sqrt()
+        assert refuse.left == 0 and s.stats.evictions == 1
+        assert type(q) is torch.Tensor and torch.equal(q, torch.sqrt(p))
+        for k, t in enumerate(keep):
+            assert torch.equal(rt.unwrap(t), (x * k).sin())
+
+
+def test_a_refused_op_on_plain_tensors_with_nothing_to_evict_propagates():
+    p = torch.rand(100)
+    refuse = _RefuseOnce(torch.ops.aten.sqrt.default)
+    refused = pytest.raises(torch.OutOfMemoryError, match="raised by the test")
+    with refuse, rt.enable(budget="1GiB"), torch.no_grad(), refused:
+        p.sqrt()

@@ -24,6 +24,11 @@
 #    budget (NOTE [ Iterative rematerialization ] rule 8 in core/remat.py: only room-making
 #    evicts), and a refusal comes at any budget. Without the locks a retry could evict the
 #    very input the replay reads (a GPU probe's step under a budget that never bound).
+# 7. An op on plain tensors only, run with grad off (an optimizer's step, the backward's
+#    accumulation of a gradient: NOTE [ What is tracked ] rule 2), is retried too: the
+#    session's storages are the device's memory as much as at any op. Not when it writes an
+#    argument (rule 1) or draws random numbers (nothing captured its generators to rewind:
+#    rule 3): then the allocator's error propagates, as it would without the session.
 """
 
 from __future__ import annotations

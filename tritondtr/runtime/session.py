@@ -407,7 +407,10 @@ class Session:
             if out is not _TRACK:
                 return out
         if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
-            out = func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+            try:
+                out = func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+            except RuntimeError as e:
+                out = self._retry_plain(info, args, kwargs, e)
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
             return out
@@ -419,6 +422,23 @@ class Session:
             self.drain()
             self.check_invariants()
         return out
+
+    def _retry_plain(self, info, args, kwargs, error: RuntimeError):
+        """NOTE [ Out-of-memory fallback ] rule 7: an op on plain tensors the allocator
+        refused, run again after evicting; ``error`` again where rule 1 forbids it."""
+        core, attempt = self.core, 0
+        if not core.evicting or info.written or info.random or not is_oom(error):
+            raise error
+        while True:
+            if not evict_for_retry(core, attempt):
+                raise error
+            attempt += 1
+            try:
+                return info.func(*args, **kwargs)
+            except RuntimeError as e:
+                if not is_oom(e):
+                    raise
+                error = e
 
     def _special(self, info, args, kwargs):
         """The rare cases, decided before an op is tracked: the op's result, or ``_TRACK``."""
