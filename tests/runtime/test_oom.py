@@ -245,3 +245,34 @@ def test_a_refused_op_on_plain_tensors_with_nothing_to_evict_propagates():
     refused = pytest.raises(torch.OutOfMemoryError, match="raised by the test")
     with refuse, rt.enable(budget="1GiB"), torch.no_grad(), refused:
         p.sqrt()
+
+
+def test_uninitialized_memory_for_a_plain_tensor_is_retried():
+    """Rule 7: ``empty_like`` of a plain tensor (dropout's mask of a plain input) refused."""
+    x, p = torch.randn(100), torch.rand(100)
+    refuse = _RefuseOnce(torch.ops.aten.empty_like.default)
+    with refuse, rt.enable(budget="1GiB") as s:
+        keep = [(x * k).sin() for k in range(4)]
+        e = torch.empty_like(p)
+        assert refuse.left == 0 and s.stats.evictions == 1
+        assert type(e) is torch.Tensor and e.shape == p.shape
+        del keep
+
+
+def test_the_sessions_copy_of_a_written_plain_tensor_is_retried():
+    """Rule 7: batch norm in training mode writes its running statistics (plain buffers);
+    the session copies them before the op (NOTE [ In-place versions ] rule 2), and that copy
+    refused by the allocator is retried after evicting. Everything equals eager."""
+    torch.manual_seed(0)
+    bn, x = torch.nn.BatchNorm1d(8), torch.randn(16, 8)
+    ref_bn = torch.nn.BatchNorm1d(8)
+    ref = ref_bn((x * 2).relu())
+    refuse = _RefuseOnce(torch.ops.aten.clone.default)
+    with refuse, rt.enable(budget="1GiB") as s:
+        keep = [(x * k).sin() for k in range(4)]
+        y = bn((x * 2).relu())
+        assert refuse.left == 0 and s.stats.evictions >= 1
+        assert torch.equal(rt.unwrap(y), ref)
+        del keep
+    assert torch.equal(bn.running_mean, ref_bn.running_mean)
+    assert torch.equal(bn.running_var, ref_bn.running_var)

@@ -24,11 +24,18 @@
 #    budget (NOTE [ Iterative rematerialization ] rule 8 in core/remat.py: only room-making
 #    evicts), and a refusal comes at any budget. Without the locks a retry could evict the
 #    very input the replay reads (a GPU probe's step under a budget that never bound).
-# 7. An op on plain tensors only, run with grad off (an optimizer's step, the backward's
-#    accumulation of a gradient: NOTE [ What is tracked ] rule 2), is retried too: the
-#    session's storages are the device's memory as much as at any op. Not when it writes an
-#    argument (rule 1) or draws random numbers (nothing captured its generators to rewind:
-#    rule 3): then the allocator's error propagates, as it would without the session.
+# 7. Allocations the session does not track are retried too: the session's storages are
+#    the device's memory as much as at any op. An op on plain tensors only, run with grad
+#    off (an optimizer's step, the backward's accumulation of a gradient: NOTE [ What is
+#    tracked ] rule 2), or allocating uninitialized memory (rule 5 there: the mask of a
+#    dropout of a plain tensor); the session's own copies of plain tensors (NOTE [ In-place
+#    versions ] rule 2: batch norm's running statistics; NOTE [ Leaf gradients ] rule 6).
+#    Not an op that writes an argument (rule 1) or draws random numbers (nothing captured
+#    its generators to rewind: rule 3): then the allocator's error propagates, as it would
+#    without the session. So a training-mode batch norm (it writes its running statistics)
+#    refused by the allocator is never retried. Found by fuzzing a CPU model of the device
+#    (a dispatch mode under the session refusing above a byte limit): ~900 runs, no wrong
+#    value; these were the refusals that propagated with storages left to evict.
 """
 
 from __future__ import annotations

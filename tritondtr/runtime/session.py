@@ -426,15 +426,32 @@ class Session:
     def _retry_plain(self, info, args, kwargs, error: RuntimeError):
         """NOTE [ Out-of-memory fallback ] rule 7: an op on plain tensors the allocator
         refused, run again after evicting; ``error`` again where rule 1 forbids it."""
+        if info.written or info.random:
+            raise error
+        return self._after_refusal(error, info.func, *args, **kwargs)
+
+    def _copy(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy the session makes of a plain tensor (NOTE [ In-place versions ] rule 2,
+        NOTE [ Leaf gradients ] rule 6), retried like an op if the allocator refuses it
+        (NOTE [ Out-of-memory fallback ] rule 7)."""
+        try:
+            return t.clone()
+        except RuntimeError as e:
+            return self._after_refusal(e, t.clone)
+
+    def _after_refusal(self, error: RuntimeError, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, which raised ``error``, again after evicting, while the
+        allocator refuses it and something is evictable (NOTE [ Out-of-memory fallback ]
+        rules 2 and 7); else the allocator's error."""
         core, attempt = self.core, 0
-        if not core.evicting or info.written or info.random or not is_oom(error):
+        if not core.evicting or not is_oom(error):
             raise error
         while True:
             if not evict_for_retry(core, attempt):
                 raise error
             attempt += 1
             try:
-                return info.func(*args, **kwargs)
+                return fn(*args, **kwargs)
             except RuntimeError as e:
                 if not is_oom(e):
                     raise
@@ -455,7 +472,10 @@ class Session:
                 if node is None or type(node) is not _AccumulateGrad:
                     return view_wrapper(src, src, src._view)
         if info.uninit and not _any_wrapper(info, args, kwargs):
-            return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
+            try:
+                return info.func(*args, **kwargs)  # NOTE [ What is tracked ] rule 5
+            except RuntimeError as e:
+                return self._retry_plain(info, args, kwargs, e)
         if info.written:
             self._freeze_if_read(info, args, kwargs)
         if info.unsupported is not None and _any_wrapper(info, args, kwargs):
@@ -520,7 +540,8 @@ class Session:
             if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
                 for k, e in enumerate(inputs):
                     if e.mode == PLAIN and e.key in written:
-                        inputs[k] = e._replace(source=e.source.clone(), version=None, mode=SNAPSHOT)
+                        copy = self._copy(e.source)
+                        inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
             blanks = None
             if info.overwrites and wrote:
                 blanks = blank_writes(inputs, pargs, pkw, parents)
@@ -684,7 +705,7 @@ class Session:
         elif v.requires_grad and _is_leaf(v):
             self.watch_leaf(v)
         elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
-            inputs.append(_new_tuple(Input, (key, j, v.clone(), None, None, SNAPSHOT)))
+            inputs.append(_new_tuple(Input, (key, j, self._copy(v), None, None, SNAPSHOT)))
             return v
         try:
             version = v._version
