@@ -432,6 +432,15 @@ def stage_gpt2(ctx) -> None:
             ctx.figure("matched vs checkpoint: device peak", round(dpeak / ck_dpeak, 3))
     if ck_ms is not None:
         ctx.figure("checkpoint vs eager: time", round(ck_ms / eager_ms, 3))
+    # The step as a trace with the costs the device measured, for the twin and the policy
+    # sweeps offline (which budget and heuristic reach checkpoint's memory at its time).
+    meta = dict(model="gpt2-small", batch=batch, tokens=seq, device=ctx.device)
+    path = ctx.out / "gpt2_step.npz"
+    with tritondtr.trace(path, budget=None, cost="measured", meta=meta) as rec:
+        step()
+    ctx.figure(
+        "trace", f"{rec.trace.num_tensors} tensors, {path.stat().st_size:,} bytes: {path.name}"
+    )
 
 
 # --------------------------------------------------------------------------- scoring
