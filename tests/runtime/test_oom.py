@@ -208,13 +208,13 @@ def test_a_refused_recomputation_evicts_another_storage_and_keeps_its_input():
         assert torch.equal(rt.unwrap(other), (x * 5).sin())
 
 
-class _RefuseOnce(TorchDispatchMode):
-    """Under the session's mode: the allocator refusing the first call of ``op``. A custom
-    op would not do: an unknown op counts as random, which rule 7 does not retry."""
+class _Refuse(TorchDispatchMode):
+    """Under the session's mode: the allocator refusing the next ``times`` calls of ``op``.
+    A custom op would not do for rule 7: an unknown op counts as random, never retried."""
 
-    def __init__(self, op):
+    def __init__(self, op, times):
         super().__init__()
-        self.op, self.left = op, 1
+        self.op, self.left = op, times
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is self.op and self.left:
@@ -228,7 +228,7 @@ def test_a_refused_op_on_plain_tensors_evicts_and_retries():
     refused by the allocator while the session holds evictable storages (found by fuzzing
     the CPU model of the GPU's out-of-memory probe)."""
     x, p = torch.randn(100), torch.rand(100)
-    refuse = _RefuseOnce(torch.ops.aten.sqrt.default)
+    refuse = _Refuse(torch.ops.aten.sqrt.default, 1)
     with refuse, rt.enable(budget="1GiB", debug=True) as s:
         keep = [(x * k).sin() for k in range(4)]
         with torch.no_grad():
@@ -241,7 +241,7 @@ def test_a_refused_op_on_plain_tensors_evicts_and_retries():
 
 def test_a_refused_op_on_plain_tensors_with_nothing_to_evict_propagates():
     p = torch.rand(100)
-    refuse = _RefuseOnce(torch.ops.aten.sqrt.default)
+    refuse = _Refuse(torch.ops.aten.sqrt.default, 1)
     refused = pytest.raises(torch.OutOfMemoryError, match="raised by the test")
     with refuse, rt.enable(budget="1GiB"), torch.no_grad(), refused:
         p.sqrt()
@@ -250,7 +250,7 @@ def test_a_refused_op_on_plain_tensors_with_nothing_to_evict_propagates():
 def test_uninitialized_memory_for_a_plain_tensor_is_retried():
     """Rule 7: ``empty_like`` of a plain tensor (dropout's mask of a plain input) refused."""
     x, p = torch.randn(100), torch.rand(100)
-    refuse = _RefuseOnce(torch.ops.aten.empty_like.default)
+    refuse = _Refuse(torch.ops.aten.empty_like.default, 1)
     with refuse, rt.enable(budget="1GiB") as s:
         keep = [(x * k).sin() for k in range(4)]
         e = torch.empty_like(p)
@@ -267,7 +267,7 @@ def test_the_sessions_copy_of_a_written_plain_tensor_is_retried():
     bn, x = torch.nn.BatchNorm1d(8), torch.randn(16, 8)
     ref_bn = torch.nn.BatchNorm1d(8)
     ref = ref_bn((x * 2).relu())
-    refuse = _RefuseOnce(torch.ops.aten.clone.default)
+    refuse = _Refuse(torch.ops.aten.clone.default, 1)
     with refuse, rt.enable(budget="1GiB") as s:
         keep = [(x * k).sin() for k in range(4)]
         y = bn((x * 2).relu())
@@ -276,3 +276,19 @@ def test_the_sessions_copy_of_a_written_plain_tensor_is_retried():
         del keep
     assert torch.equal(bn.running_mean, ref_bn.running_mean)
     assert torch.equal(bn.running_var, ref_bn.running_var)
+
+
+def test_a_refused_recomputation_releases_the_pending_frames_locks():
+    """Rule 8: ``t = p * q`` with all three evicted; reading ``t`` recomputes ``p`` (locked
+    for ``t``'s frame), then ``q``, which the allocator refuses twice. Nothing else is
+    evictable, so the executor's retry gives up; the frames' locks are released and the
+    retry evicts ``p``, recomputed again afterwards. The values equal eager's."""
+    x = torch.randn(1000)
+    refuse = _Refuse(torch.ops.aten.cos.default, 0)
+    with refuse, rt.enable(budget="1GiB", debug=True) as s:
+        t = x.sin() * x.cos()
+        s.evict_all()
+        refuse.left = 2
+        y = t + 1
+        assert refuse.left == 0 and s.stats.relaxations >= 1
+        assert torch.equal(rt.unwrap(y), x.sin() * x.cos() + 1)

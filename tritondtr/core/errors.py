@@ -3,9 +3,21 @@ what happened, with the numbers, and what to do."""
 
 from __future__ import annotations
 
+import torch
+
 from ..units import format_bytes
 
-__all__ = ["BudgetError", "ThrashError"]
+__all__ = ["BudgetError", "ThrashError", "is_oom"]
+
+_OOM = getattr(torch, "OutOfMemoryError", ())
+_CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"
+
+
+def is_oom(e: BaseException) -> bool:
+    """Whether ``e`` is the allocator refusing memory: ``torch.OutOfMemoryError`` (CUDA), or
+    the ``RuntimeError`` of PyTorch's CPU allocator, which is not of that class (NOTE [
+    Out-of-memory fallback ] rule 5 in runtime/oom.py)."""
+    return isinstance(e, _OOM) or (isinstance(e, RuntimeError) and _CPU_REFUSAL in str(e))
 
 
 class BudgetError(RuntimeError):

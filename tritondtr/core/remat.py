@@ -31,7 +31,9 @@ recomputation runs through the core's executor under the budget.
 #    stay, with nothing held) and the top frame tries again; frames re-check their inputs on
 #    their next visit and recompute what was evicted meanwhile. Only the caller's locks (the
 #    op in flight's inputs) stay. At most 2 x (storages given a frame) releases per
-#    ``materialize``, then the BudgetError stands; ``stats.relaxations`` counts them.
+#    ``materialize``, then the BudgetError stands; ``stats.relaxations`` counts them. The
+#    same for a recomputation the allocator refused with nothing left to evict (the
+#    executor's retries: NOTE [ Out-of-memory fallback ] rule 8 in runtime/oom.py).
 # 6. A recomputation that recomputes the same storages over and over (more than 64
 #    rematerializations per distinct storage given a frame, and more than 10,000 in all)
 #    raises :class:`ThrashError` (a BudgetError) between two recomputations instead of
@@ -97,7 +99,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine.residency import EVICTED, EXTERNAL, RESIDENT
-from .errors import BudgetError, ThrashError
+from .errors import BudgetError, ThrashError, is_oom
 
 __all__ = ["Frame", "Rematerializer"]
 
@@ -168,6 +170,11 @@ class Rematerializer:
                             raise
                         relaxed += 1
                         continue  # rule 5: the top frame re-checks its inputs
+                    except RuntimeError as e:  # rule 5, for the allocator's refusal
+                        if not is_oom(e) or relaxed >= 2 * len(pushed) or not self._relax(stack):
+                            raise
+                        relaxed += 1
+                        continue
                     for i in locks:
                         self.unlock(i)
                     frame.locks = None

@@ -36,25 +36,20 @@
 #    refused by the allocator is never retried. Found by fuzzing a CPU model of the device
 #    (a dispatch mode under the session refusing above a byte limit): ~900 runs, no wrong
 #    value; these were the refusals that propagated with storages left to evict.
+# 8. A recomputation refused with nothing left to evict, inside a rematerialization whose
+#    pending frames hold locks, releases those locks and tries again, as for a budget error
+#    (NOTE [ Iterative rematerialization ] rule 5 in core/remat.py): what the frames held is
+#    what the replay needs room from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
-
+from ..core.errors import is_oom
 from ..engine.residency import RESIDENT
 
 __all__ = ["evict_for_retry", "is_oom"]
-
-_OOM = getattr(torch, "OutOfMemoryError", ())
-_CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"
-
-
-def is_oom(e: BaseException) -> bool:
-    """Whether ``e`` is the allocator refusing memory (rule 5)."""
-    return isinstance(e, _OOM) or (isinstance(e, RuntimeError) and _CPU_REFUSAL in str(e))
 
 
 def evict_for_retry(core, attempt: int, keep: Iterable[int] = ()) -> bool:
