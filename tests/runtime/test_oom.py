@@ -191,13 +191,14 @@ def test_a_refused_recomputation_keeps_its_resident_input():
 
 
 def test_a_refused_recomputation_evicts_another_storage_and_keeps_its_input():
-    """Rule 6 with something else to evict: the retry evicts it, never the replay's input."""
-    x = torch.randn(1000)
+    """Rule 6 with something else to evict: the retry evicts it, never the replay's input,
+    although the input, 1,000 times larger, is the heuristic's first choice."""
+    x = torch.randn(100_000)
     _FAIL.update(calls=0, replays=0)
     with rt.enable(budget="1GiB", debug=True) as s:
         a = x + 1
         y = torch.ops.tritondtr_test.oom_on_replay(a)
-        other = (x * 5).sin()
+        other = (x[:100] * 5).sin()
         s.evict_all()
         a * 1, other * 1  # both resident again: the retry's only candidates
         before = s.stats.evictions
@@ -205,7 +206,7 @@ def test_a_refused_recomputation_evicts_another_storage_and_keeps_its_input():
         z = y * 2
         assert _FAIL["replays"] == 0 and s.stats.evictions == before + 1
         assert torch.equal(rt.unwrap(z), (x + 1) * 3 * 2)
-        assert torch.equal(rt.unwrap(other), (x * 5).sin())
+        assert torch.equal(rt.unwrap(other), (x[:100] * 5).sin())
 
 
 class _Refuse(TorchDispatchMode):
@@ -292,3 +293,23 @@ def test_a_refused_recomputation_releases_the_pending_frames_locks():
         y = t + 1
         assert refuse.left == 0 and s.stats.relaxations >= 1
         assert torch.equal(rt.unwrap(y), x.sin() * x.cos() + 1)
+
+
+def test_a_retried_copy_never_evicts_the_ops_inputs():
+    """Rule 7's copies are made before ``Core.enter``: a lazy core's retry built the engine
+    mid-op, where the op's inputs (already read into its arguments) were candidates; batch
+    norm's tracked running mean was evicted and then written, and ``hand_out`` raised (a
+    reviewer's repro). Here the copy of the plain running variance is refused once."""
+    torch.manual_seed(0)
+    x, rm0, rv = torch.randn(16, 8), torch.zeros(8), torch.ones(8)
+    rm_ref, rv_ref = rm0 + 1, rv.clone()
+    ref = torch.batch_norm(x, None, None, rm_ref, rv_ref, True, 0.1, 1e-5, False)
+    refuse = _Refuse(torch.ops.aten.clone.default, 0)
+    with refuse, rt.enable(budget="1GiB", debug=True) as s:
+        rm = rm0 + 1  # tracked: the only storage a retry could evict
+        refuse.left = 1
+        y = torch.batch_norm(x, None, None, rm, rv, True, 0.1, 1e-5, False)
+        assert refuse.left == 0 and s.stats.evictions == 1
+        assert torch.equal(rt.unwrap(y), ref)
+        assert torch.equal(rt.unwrap(rm), rm_ref)
+    assert torch.equal(rv, rv_ref)

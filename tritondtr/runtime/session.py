@@ -525,6 +525,11 @@ class Session:
             else:
                 pkw = dict(kwargs)
                 self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
+            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
+                for k, e in enumerate(inputs):  # before enter: a retried copy evicts no input
+                    if e.mode == PLAIN and e.key in written:
+                        copy = self._copy(e.source)
+                        inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
             core.enter(info.name, parents)  # resident and kept so: their buffers now
             if parents:
                 for e in inputs:
@@ -537,11 +542,6 @@ class Session:
                             (pargs if type(key) is int else pkw)[key] = buf
                         else:
                             (pargs if type(key) is int else pkw)[key][j] = buf
-            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
-                for k, e in enumerate(inputs):
-                    if e.mode == PLAIN and e.key in written:
-                        copy = self._copy(e.source)
-                        inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
             blanks = None
             if info.overwrites and wrote:
                 blanks = blank_writes(inputs, pargs, pkw, parents)

@@ -287,8 +287,8 @@ class _Twin:
 
     def _attempt(self, o: int) -> None:
         """NOTE [ The twin ] rule 7: the session's ``_call`` of an op that raised BudgetError
-        before it ran: ``prepare``, ``use`` of its tracked inputs, ``begin``, whichever raises
-        ends it; its locks are released; no output, no ``end``, no compute."""
+        before it ran: ``Core.enter`` with its tracked inputs, which raises; its locks are
+        released; no output, no ``end``, no compute."""
         core = self.core
         try:
             core.enter(self.name[o], self._used(o, []))
