@@ -23,7 +23,10 @@ their own rows there and keep the other part's) and ``sim_sampling.csv`` (part 3
 #    reported as thrash). ``--only sampling`` runs this part alone (sim_sampling.csv).
 # 4. GPU target (issue 3, section 6): a 1M-tensor trace with full-scan selection under a
 #    minute. ``--device cuda`` runs ``random_dag(1e6, live=2e5)`` at ratio 0.9 on the GPU
-#    engine; without CUDA it is reported as not measured.
+#    engine; without CUDA it is reported as not measured. That replay thrashes and stops
+#    early (random_dag thrashes at every ratio from 0.5 to 0.99 at 2e3 to 5e4 tensors; the
+#    row's note says ``thrash``): the GPU check's ``sim`` stage replays ``chain(5e5)`` (1M
+#    tensors) instead, which finishes.
 # 5. torch runs on 1 CPU thread by default (``--threads``): with torch's default 2 threads
 #    on the shared 2-core AMD EPYC guest, a parallel region stalled ~116 ms at random when the
 #    other core was busy (docs/benchmarks.md, "How fast is one eviction decision?"), which
