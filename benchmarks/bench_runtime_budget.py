@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "--per-op",
         action="store_true",
         help=f"the per-op table (rule 6): models {','.join(PER_OP_MODELS)} unless --models, "
-        f"settings {','.join(PER_OP_SETTINGS)} unless --settings",
+        f"settings {','.join(PER_OP_SETTINGS).replace('%', '%%')} unless --settings",
     )
     p.add_argument("--out", type=Path, default=Path("out/bench"), help="output folder")
     p.add_argument("--tag", default=None, help="file name tag (default: cpu-2core / gpu name)")

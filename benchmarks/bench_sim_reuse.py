@@ -11,6 +11,7 @@ examples:
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -27,7 +28,11 @@ from tritondtr.sim.twin import replay_runtime  # noqa: E402
 REUSE = (0, 4, 16)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Prints a markdown table; takes no options.",
+    ).parse_args(argv)
     torch.set_num_threads(1)
     steps = {f"{n}-s4": zoo_step(n, 4) for n in zoo.ZOO}
     steps["gru40"] = gru_step()
