@@ -20,6 +20,8 @@ Prints a markdown table.
 examples:
   python benchmarks/bench_sim_checkpoint.py             # batch 2 x 1024
   python benchmarks/bench_sim_checkpoint.py --batch 1
+  python benchmarks/bench_sim_checkpoint.py --traces gpt2_step.npz gpt2_step_checkpoint.npz
+      # the two steps the GPU check records, with the device's measured costs
 """
 
 from __future__ import annotations
@@ -67,23 +69,43 @@ def _recorded(checkpointed: bool, ids: torch.Tensor):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=2, help="sequences of 1024 tokens (default 2)")
+    ap.add_argument(
+        "--traces",
+        nargs=2,
+        type=Path,
+        metavar=("PLAIN", "CHECKPOINTED"),
+        help="recorded steps to read instead of recording (the GPU check's two .npz files)",
+    )
     args = ap.parse_args(argv)
     if args.batch < 1:
         ap.error(f"--batch must be >= 1, got {args.batch}")
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        print("bench_sim_checkpoint: needs transformers (pip install tritondtr[hf])")
-        return 2
     from tritondtr.sim.twin import replay_runtime
 
     torch.set_num_threads(1)
-    ids = torch.randint(0, 50257, (args.batch, 1024), generator=torch.Generator().manual_seed(1))
-    plain, peak, largest = _recorded(False, ids)
-    ck, ck_peak, _ = _recorded(True, ids)
+    if args.traces is not None:
+        from tritondtr.traceformat.trace_io import load_trace
+
+        for path in args.traces:
+            if not path.is_file():
+                ap.error(f"--traces: no file {path}")
+        plain, ck = (load_trace(path) for path in args.traces)
+        peak, largest = (plain.meta["runtime"][k] for k in ("peak_bytes", "max_op_out_bytes"))
+        ck_peak = ck.meta["runtime"]["peak_bytes"]
+        what = f"{args.traces[0].name}, its recorded costs ({plain.meta.get('cost_model')})"
+    else:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print("bench_sim_checkpoint: needs transformers (pip install tritondtr[hf])")
+            return 2
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, 50257, (args.batch, 1024), generator=g)
+        plain, peak, largest = _recorded(False, ids)
+        ck, ck_peak, _ = _recorded(True, ids)
+        what = f"GPT-2 small, batch {args.batch} x 1024, H100 costs"
     compute = float(np.sum(plain.op_cost))
     ck_over = float(np.sum(ck.op_cost)) / compute
-    print(f"GPT-2 small, batch {args.batch} x 1024, H100 costs; plain tracked peak {peak:,} B")
+    print(f"{what}; plain tracked peak {peak:,} B")
     print(f"checkpoint: {ck_over:.3f}x compute at {ck_peak / peak:.3f} of the peak; the largest")
     print(f"op output is {largest / peak:.3f} of the peak\n")
     print("| heuristic | budget (of the peak) | peak | recomputations | compute |")

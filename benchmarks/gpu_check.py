@@ -17,8 +17,9 @@ rot between the rare sessions that have a GPU.
 # 3. After every stage, summary.json and summary.md (status, seconds, the checks, the key
 #    figures) and rows.csv (every figure: stage, what, config, value, unit) are rewritten, so
 #    a run cut short keeps what finished. Outputs stay within what the device tool brings
-#    back (at most 8 files): those three, log.txt, gpu_tests.txt and the GPT-2 step's trace
-#    (gpt2_step.npz: costs measured on the device, for the twin offline).
+#    back (at most 8 files): those three, log.txt, gpu_tests.txt and the GPT-2 step's traces
+#    (gpt2_step.npz and gpt2_step_checkpoint.npz: costs measured on the device, for the twin
+#    offline).
 # 4. Bitwise checks compare against eager runs of the same code. On CUDA they run with
 #    ``torch.use_deterministic_algorithms(True)`` where eager itself is not repeatable
 #    otherwise (atomics in embedding and index backward); the default mode is checked too,

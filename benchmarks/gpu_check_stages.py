@@ -418,6 +418,10 @@ def stage_gpt2(ctx) -> None:
 
     _hf_checkpoint(model)
     ck_ms, ck_dpeak, _ = measure("checkpoint")
+    meta = dict(model="gpt2-small", batch=batch, tokens=seq, device=ctx.device)
+    ck_path = ctx.out / "gpt2_step_checkpoint.npz"  # the same step, every block checkpointed
+    with tritondtr.trace(ck_path, budget=None, cost="measured", meta=meta):
+        step()
     off = getattr(model, "activation_checkpointing_disable", None)
     (off or model.gradient_checkpointing_disable)()
     if ck_dpeak is not None and nb_dpeak is not None and ck_ms is not None:
@@ -433,8 +437,9 @@ def stage_gpt2(ctx) -> None:
     if ck_ms is not None:
         ctx.figure("checkpoint vs eager: time", round(ck_ms / eager_ms, 3))
     # The step as a trace with the costs the device measured, for the twin and the policy
-    # sweeps offline (which budget and heuristic reach checkpoint's memory at its time).
-    meta = dict(model="gpt2-small", batch=batch, tokens=seq, device=ctx.device)
+    # sweeps offline (which budget and heuristic reach checkpoint's memory at its time:
+    # python benchmarks/bench_sim_checkpoint.py --traces gpt2_step.npz
+    # gpt2_step_checkpoint.npz).
     path = ctx.out / "gpt2_step.npz"
     with tritondtr.trace(path, budget=None, cost="measured", meta=meta) as rec:
         step()
