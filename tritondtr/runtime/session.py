@@ -428,7 +428,7 @@ class Session:
         refused, run again after evicting; ``error`` again where rule 1 forbids it."""
         if info.written or info.random:
             raise error
-        return self._after_refusal(error, info.func, *args, **kwargs)
+        return self._after_refusal(error, lambda: info.func(*args, **kwargs))
 
     def _copy(self, t: torch.Tensor) -> torch.Tensor:
         """A copy the session makes of a plain tensor (NOTE [ In-place versions ] rule 2,
@@ -439,19 +439,20 @@ class Session:
         except RuntimeError as e:
             return self._after_refusal(e, t.clone)
 
-    def _after_refusal(self, error: RuntimeError, fn, *args, **kwargs):
-        """``fn(*args, **kwargs)``, which raised ``error``, again after evicting, while the
-        allocator refuses it and something is evictable (NOTE [ Out-of-memory fallback ]
-        rules 2 and 7); else the allocator's error."""
+    def _after_refusal(self, error: RuntimeError, fn, keep=()):
+        """``fn()``, which raised ``error``, again after evicting (never the storages ``keep``),
+        while the allocator refuses it and something is evictable (NOTE [ Out-of-memory
+        fallback ] rules 2, 6 and 7); else the allocator's error. The one retry loop of the
+        session's own work: a recomputation, a plain op, a copy (an op's is in ``_call``)."""
         core, attempt = self.core, 0
         if not core.evicting or not is_oom(error):
             raise error
         while True:
-            if not evict_for_retry(core, attempt):
+            if not evict_for_retry(core, attempt, keep):
                 raise error
             attempt += 1
             try:
-                return fn(*args, **kwargs)
+                return fn()
             except RuntimeError as e:
                 if not is_oom(e):
                     raise
@@ -801,18 +802,15 @@ class Session:
             self._side_streams(rec.inputs)
         clock = self.clock  # NOTE [ Device time ] in events.py
         t0 = time.perf_counter() if clock is None else clock.start()
-        attempt = 0
-        while True:
-            try:
-                buf = run_recipe(rec, (s.out,), self.fsdp.stand_in, src)[0]
-                break
-            except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rule 1
-                # A replay into a consumed buffer may have written part of it: no retry.
-                if src is not None or not self.core.evicting or not is_oom(e):
-                    raise
-                if not evict_for_retry(self.core, attempt, self.core.inputs[sid]):
-                    raise  # NOTE [ Out-of-memory fallback ] rule 6: the recipe's inputs stay
-                attempt += 1
+        try:
+            buf = run_recipe(rec, (s.out,), self.fsdp.stand_in, src)[0]
+        except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rules 1 and 6
+            if src is not None:  # a replay into a consumed buffer may have written part of it
+                raise
+            stand_in = self.fsdp.stand_in
+            buf = self._after_refusal(
+                e, lambda: run_recipe(rec, (s.out,), stand_in, None)[0], self.core.inputs[sid]
+            )
         if src is not None:
             src.buf = None
         if self._side_seen:  # NOTE [ Side streams ] rule 4: on the device, no host wait
