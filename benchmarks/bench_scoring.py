@@ -5,13 +5,17 @@ the victim id. Run ``python benchmarks/bench_scoring.py`` (quick, under a minute
 CPU) or ``--full`` (the committed sweep); see benchmarks/README.md and docs/benchmarks.md.
 
 # NOTE [ Scoring benchmark ]
-# 1. Providers: ``triton`` (the kernels on CUDA), ``torch-cuda`` (the unfused torch twin on
-#    CUDA tensors), ``torch`` (the twin on CPU, on a table's columns), ``torch-bare`` (the
-#    twin on CPU on the five bare columns), ``numpy`` (vectorised float32, same formula),
-#    ``python`` (a scan of the candidate pool, one heuristic call per candidate, like the
-#    original DTR simulator). The four GPU-free ones run on every machine.
+# 1. Providers: ``triton`` (the kernels on CUDA, a selection prepared once over the columns,
+#    as a CUDA table keeps one: NOTE [ One-launch selection ] rule 7), ``triton-unprepared``
+#    (the same kernel through ``policy.select``, which validates and allocates per call),
+#    ``torch-cuda`` (the unfused torch twin on CUDA tensors), ``torch`` (the twin on CPU, on
+#    a table's columns), ``torch-bare`` (the twin on CPU on the five bare columns),
+#    ``numpy`` (vectorised float32, same formula), ``python`` (a scan of the candidate
+#    pool, one heuristic call per candidate, like the original DTR simulator). The four
+#    GPU-free ones run on every machine.
 # 2. One decision = ``tritondtr.policy.select(..., k=1)`` on prepared columns (already on the
-#    device, nothing staged), ending with the victim id on the host: for the device providers
+#    device, nothing staged; for ``triton`` the prepared selection's ``victims``), ending
+#    with the victim id on the host: for the device providers
 #    the device-to-host read is inside the timed call. ``torch`` is
 #    ``MetadataTable.select`` on a CPU table (which passes the twin its five columns, the
 #    derived ``evictable_size`` and its clock bounds: NOTE [ Evictable size ], [ Clock
@@ -63,9 +67,18 @@ from scoring_baselines import (
 from tqdm import tqdm
 
 from tritondtr import Heuristic, MetadataTable, policy
+from tritondtr.policy.scoring import random_base
 
-PROVIDERS = ("triton", "torch-cuda", "torch", "torch-bare", "numpy", "python")
-ON_CUDA = ("triton", "torch-cuda")
+PROVIDERS = (
+    "triton",
+    "triton-unprepared",
+    "torch-cuda",
+    "torch",
+    "torch-bare",
+    "numpy",
+    "python",
+)
+ON_CUDA = ("triton", "triton-unprepared", "torch-cuda")
 QUICK_SIZES = (10**3, 10**4, 10**5, 10**6)
 FULL_SIZES = tuple(int(m * 10**e) for e in range(3, 8) for m in (1, 3))[:-1]  # 1e3 .. 1e7
 GPU_EXTRA = (2**24, 3 * 10**7, 10**8)
@@ -92,8 +105,11 @@ def decision(provider: str, h: Heuristic, cols: dict | MetadataTable, now: int, 
     ``cols``: columns, or for ``torch`` the table (rule 2)."""
     if provider == "torch":
         return lambda: cols.select(h, now, k=1, backend="torch", seed=seed).tolist()
-    if provider in ("triton", "torch-cuda", "torch-bare"):
-        backend = "triton" if provider == "triton" else "torch"
+    if provider == "triton":
+        sel = policy.selection(h, cols, k=1, backend="triton")
+        return lambda: sel.victims(now, random_base(seed, now))
+    if provider in ("triton-unprepared", "torch-cuda", "torch-bare"):
+        backend = "torch" if provider.startswith("torch") else "triton"
         return lambda: policy.select(h, cols, now, k=1, backend=backend, seed=seed).tolist()
     if provider == "numpy":
         c = {k: v.numpy() for k, v in cols.items()}
@@ -284,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):  # a busy machine is a noisy one: say how busy it was
         notes.append("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     for p in args.providers:
-        why = triton_unavailable() if p == "triton" else None
+        why = triton_unavailable() if p.startswith("triton") else None
         if p == "torch-cuda" and not cuda:
             why = "no CUDA device"
         if why:

@@ -279,6 +279,7 @@ def stage_link(ctx) -> None:
 
     t_c, t_x, t_b = (statistics.median(_timed(ctx, f, 5)) for f in (compute, copy, both))
     hidden = (t_c + t_x - t_b) / min(t_c, t_x)
+    _link_host_costs(ctx, dev, host, side)
     for what, t in (("matmuls alone", t_c), ("copy alone", t_x), ("both", t_b)):
         ctx.row("overlap", what, round(t * 1e3, 3), "ms")
     ctx.row("overlap", "hidden fraction of the shorter", round(hidden, 3), "ratio")
@@ -287,6 +288,53 @@ def stage_link(ctx) -> None:
         f"matmuls {t_c * 1e3:.2f} ms, copy {t_x * 1e3:.2f} ms, both "
         f"{t_b * 1e3:.2f} ms: {hidden:.0%} of the shorter hidden",
     )
+
+
+def _link_host_costs(ctx, dev, host, side) -> None:
+    """What an offload pays on the host per copy: issuing a 1 MiB device -> host copy on a
+    side stream with its event, polling that event, and a pinned allocation of 3 / 96 MiB
+    fresh (``cudaHostAlloc``: sizes the stage has not used) and again, from PyTorch's caching
+    host allocator."""
+    mib = 2**20
+    src, dst = dev[:mib], host[:mib]
+    reps = 200
+
+    def issue():
+        with torch.cuda.stream(side):
+            dst.copy_(src, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(side)
+        return ev
+
+    issue().synchronize()
+    t0 = time.perf_counter()
+    events = [issue() for _ in range(reps)]
+    t_issue = (time.perf_counter() - t0) / reps
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for ev in events:
+        ev.query()
+    t_query = (time.perf_counter() - t0) / reps
+    ctx.row(
+        "host_cost", "issue a 1 MiB copy on a side stream + event", round(t_issue * 1e6, 2), "us"
+    )
+    ctx.row("host_cost", "query a completed event", round(t_query * 1e6, 2), "us")
+    for size in (3, 96):
+        n = size * mib
+        t0 = time.perf_counter()
+        first = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        t_fresh = time.perf_counter() - t0
+        del first
+        t0 = time.perf_counter()
+        again = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        t_cached = time.perf_counter() - t0
+        del again
+        ctx.row("host_cost", f"pinned {size} MiB, fresh", round(t_fresh * 1e6, 1), "us")
+        ctx.row("host_cost", f"pinned {size} MiB, cached", round(t_cached * 1e6, 1), "us")
+        ctx.figure(
+            f"pinned {size} MiB fresh / cached", f"{t_fresh * 1e6:.0f} / {t_cached * 1e6:.0f} us"
+        )
+    ctx.figure("issue a side-stream copy + event", f"{t_issue * 1e6:.1f} us")
 
 
 # -------------------------------------------------------------------------------- zoo
@@ -455,7 +503,7 @@ def stage_scoring(ctx) -> None:
     import bench_scoring
 
     sizes = ["1e3", "1e4"] if ctx.tiny else ["1e3", "1e4", "1e5", "1e6", "1e7", str(2**24)]
-    providers = ["torch", "numpy"] if ctx.tiny else ["triton", "torch-cuda"]
+    providers = ["torch", "numpy"] if ctx.tiny else ["triton", "triton-unprepared", "torch-cuda"]
     tmp = ctx.out / "_scoring"
     rc = bench_scoring.main(
         ["--sizes", *sizes, "--providers", *providers, "--out", str(tmp), "--tag", "check"]
@@ -478,6 +526,7 @@ def stage_selection_twin(ctx) -> None:
     from scoring_baselines import synthetic_columns
 
     from tritondtr import policy
+    from tritondtr.policy.scoring import random_base
 
     sizes = [1000, 4097] if ctx.tiny else [100_000, 1_000_000, 10_000_000]
     backend = "triton" if ctx.cuda else "torch"
@@ -489,6 +538,11 @@ def stage_selection_twin(ctx) -> None:
                 got = policy.select(h, dev, now, k=k, backend=backend).tolist()
                 ref = policy.select(h, cols, now, k=k, backend="torch").tolist()
                 ctx.check(f"N={n} {h} k={k}", got == ref, f"{got} != {ref}")
+                sel = policy.selection(h, dev, k=k, backend=backend)
+                if sel is not None:  # prepared: the second call launches directly
+                    rb = random_base(0, now)
+                    got = [sel.victims(now, rb), sel.victims(now, rb)]
+                    ctx.check(f"N={n} {h} k={k} prepared", got == [ref, ref], f"{got} != {ref}")
 
 
 # ------------------------------------------------------------------ decision latency
@@ -552,6 +606,112 @@ def stage_latency(ctx) -> None:
     _sync(ctx)
 
 
+# ---------------------------------------------------------------------- decision cost
+def stage_decision_cost(ctx) -> None:
+    """Where one decision's host time goes (NOTE [ One-launch selection ] rule 7 in
+    kernels/topk_select.py): each step of a k = 1 selection timed alone, then the whole
+    decision unprepared (``policy.select``), prepared (``Selection.victims``) and on a device
+    table. Host steps are per call over a loop, the device's own time by CUDA events."""
+    import os
+
+    from tritondtr import policy
+
+    if not policy.triton_available():
+        raise Skip("no triton")
+    if not ctx.cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise Skip("the kernels need CUDA or TRITON_INTERPRET=1")
+    for n in [1000] if ctx.tiny else [1000, 1_000_000]:
+        _decision_cost_at(ctx, n)
+        _sync(ctx)
+
+
+def _decision_cost_at(ctx, n: int) -> None:
+    from scoring_baselines import synthetic_columns
+    from tritondtr.kernels import topk_select
+    from tritondtr.kernels.heuristic_scores import check_columns
+
+    from tritondtr import kernels, policy
+    from tritondtr.engine.table import MetadataTable
+    from tritondtr.policy.scoring import random_base
+
+    reps = 20 if ctx.tiny else 300
+    dev = torch.device(ctx.device)
+
+    def per_call(fn) -> float:
+        """Median host microseconds per call of ``fn`` over 5 loops (synchronised after)."""
+        fn()
+        _sync(ctx)
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            samples.append((time.perf_counter() - t0) / reps)
+            _sync(ctx)
+        return statistics.median(samples) * 1e6
+
+    cols, now = synthetic_columns(n, seed=1)
+    dcols = {k: v.to(dev) for k, v in cols.items()}
+    five = tuple(dcols[c] for c in MetadataTable.COLUMNS)
+    rb = random_base(0, now)
+    sel = kernels.Selection("dtr_eq", five, k=1)
+    want = policy.select("dtr_eq", cols, now, k=1, backend="torch").tolist()
+    ctx.check(f"N={n}: the prepared selection's victim", sel.victims(now, rb) == want)
+    meta = dict(sel._meta, num_warps=4, enable_fp_fusion=False)
+    counter = topk_select._counter(dev, topk_select._current_stream(dev))
+    args = (*sel._args, counter, sel.out, sel.n, sel.k, now, rb)
+    jit = topk_select._select_kernel[sel._grid[:1]]
+    steps = {
+        "check_columns": lambda: check_columns("dtr_eq", five, now, rb),
+        "3 x torch.empty": lambda: [torch.empty(8, device=dev) for _ in range(3)],
+        "launch: triton jit": lambda: jit(*args, **meta),
+        "launch: prepared": lambda: sel(now, rb),
+        "read: .cpu()": lambda: sel.out.cpu(),
+        "read: .cpu() and mask": lambda: (lambda x: x[x >= 0])(sel.out.cpu()),
+        "decision: policy.select": lambda: policy.select(
+            "dtr_eq", dcols, now, k=1, backend="triton" if ctx.cuda else "torch"
+        ).tolist(),
+        "decision: prepared victims": lambda: sel.victims(now, rb),
+    }
+    if ctx.cuda:
+        out_host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+
+        def pinned():
+            out_host.copy_(sel.out, non_blocking=True)
+            torch.cuda.current_stream(dev).synchronize()
+
+        def guard():
+            with torch.cuda.device(dev):
+                pass
+
+        table = MetadataTable(n, device=ctx.device)
+        table.add_many(**{k: v.numpy() for k, v in cols.items()})
+        steps.update(
+            {
+                "device guard": guard,
+                "current_stream()": lambda: torch.cuda.current_stream(dev),
+                "raw current stream": lambda: torch._C._cuda_getCurrentRawStream(dev.index),
+                "read: pinned + stream sync": pinned,
+                "decision: device table": lambda: table.select("dtr_eq", now, 1),
+            }
+        )
+    for name, fn in steps.items():
+        us = per_call(fn)
+        ctx.row("decision_cost", f"{name} N={n}", round(us, 2), "us")
+        if name.startswith("decision"):
+            ctx.figure(f"{name} N={n}", f"{us:.1f} us")
+    if ctx.cuda:  # the kernel's own time, back to back
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            sel(now, rb)
+        end.record()
+        end.synchronize()
+        us = start.elapsed_time(end) * 1e3 / reps
+        ctx.row("decision_cost", f"kernel on the device N={n}", round(us, 2), "us")
+        ctx.figure(f"kernel on the device N={n}", f"{us:.1f} us")
+
+
 # ------------------------------------------------------------------------- dispatch
 def stage_dispatch(ctx) -> None:
     """Dispatch cost per op: a chain of 200 small ``add``s, eager and in a session."""
@@ -574,6 +734,17 @@ def stage_dispatch(ctx) -> None:
     ctx.row("dispatch_per_op", "add, 64 elements, not binding", round(us, 2), "us")
     ctx.row("eager_per_op", "add, 64 elements", round(eager / k * 1e6, 2), "us")
     ctx.figure("dispatch us per op (added)", round(us, 2))
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    tracked()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+    ctx.log(f"profile of {k} tracked adds, by own time:\n{text.getvalue()}")
 
 
 # ------------------------------------------------------------------------------- sim
@@ -605,6 +776,7 @@ def stage_sim(ctx) -> None:
 
 STAGES = [
     ("env", 60, stage_env),
+    ("decision-cost", 40, stage_decision_cost),
     ("gpu-tests", 180, stage_gpu_tests),
     ("bitwise", 90, stage_bitwise),
     ("probes", 40, stage_probes),

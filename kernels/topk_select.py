@@ -25,6 +25,16 @@
 # 5. The counter is one int32 per (device, stream), allocated zeroed once and cached: no
 #    memset launch per call. Launches on one stream are ordered, so a launch always finds 0.
 # 6. k up to MAX_K is one launch. A larger k uses the score kernel and two stable sorts.
+# 7. A decision is a few microseconds of GPU work, so its host cost is what a caller waits
+#    for. A Selection validates its columns and allocates its workspace once; on CUDA it
+#    keeps the compiled kernel of its first launch and calls it directly afterwards,
+#    skipping Triton's per-call argument binding and cache lookup. What that kernel was
+#    specialised on is fixed for a Selection (its tensors, N, k, the tiling), except the
+#    integer type Triton gives ``now`` and ``rand_base`` (i32 inside int32's range, i64
+#    outside it: ``do_not_specialize`` leaves the type): one compiled kernel per pair of
+#    types. The direct call passes the launcher every argument in signature order, the
+#    constexprs included, as Triton's own launch does (Triton 3.6 and 3.9 alike). The
+#    host-side costs per decision, measured on a GPU: docs/benchmarks.md, "Decision cost".
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import triton.language as tl
 from .heuristic_scores import HEURISTIC_IDS, _block, _tile_keys, check_columns, key_dtype
 from .heuristic_scores import score as score_all
 
-__all__ = ["MAX_K", "select"]
+__all__ = ["MAX_K", "Selection", "select"]
 
 MAX_K = 64  # the [K, K] rank merge spills registers at K = 128 (ptxas -v, sm_90)
 _INT64_MAX = tl.constexpr(2**63 - 1)
@@ -274,18 +284,17 @@ def _select_kernel(
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    """The zeroed ticket counter of ``device``'s current stream, [1] int32 (NOTE rule 5)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+def _counter(device: torch.device, stream: int = 0) -> torch.Tensor:
+    """The zeroed ticket counter of (``device``, raw ``stream``), [1] int32 (NOTE rule 5)."""
     counter = _COUNTERS.get((device, stream))
     if counter is None:
         counter = _COUNTERS[(device, stream)] = torch.zeros(1, dtype=torch.int32, device=device)
     return counter
 
 
-def _guard(device: torch.device):
-    """The device guard of ``device`` for a launch (a no-op off CUDA)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+def _current_stream(device: torch.device) -> int:
+    """The raw handle of ``device``'s current stream (0 off CUDA): what Triton launches on."""
+    return torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
 
 
 @functools.cache
@@ -302,6 +311,147 @@ def _programs(device: torch.device, n_tiles: int, k_pad: int) -> int:
     # Registers (ptxas -v, sm_90, BLOCK 1024) allow about 7 programs per SM for k <= 16 and
     # 1 to 2 for k = 64; 4 and 2 leave room. An estimate, not a timing (no GPU was at hand).
     return min(n_tiles, sms * (4 if k_pad <= 16 else 2))
+
+
+def _int_types(*values: int) -> tuple[int, ...]:
+    """The type Triton gives each unspecialised int argument: 0 for i32, 1 for i64, 2 for
+    u64 (NOTE rule 7)."""
+    return tuple(0 if -(2**31) <= v < 2**31 else 1 if v < 2**63 else 2 for v in values)
+
+
+class Selection:
+    """One selection over fixed columns, prepared once and launched per decision.
+
+    ``Selection(name, cols, k=k)(now, rand_base)`` returns what :func:`select` returns for the
+    same arguments, without validating the columns or allocating a buffer again (NOTE [
+    One-launch selection ] rule 7). The result is this selection's own [k] int64 device
+    buffer, overwritten by its next call; :meth:`victims` reads it to the host instead.
+
+    Args:
+        name: a built-in heuristic (:data:`HEURISTIC_IDS`).
+        cols: ``(cost, size, last_access, nbhd_cost, state)``, as for :func:`score`. The
+            selection reads them at every call: their values may change, their storage not.
+        k: victims per decision, >= 1.
+        block, programs: the tiling, as for :func:`select`.
+    """
+
+    __slots__ = (
+        "_args",
+        "_consts",
+        "_counters",
+        "_grid",
+        "_host",
+        "_meta",
+        "_runners",
+        "cols",
+        "device",
+        "k",
+        "n",
+        "name",
+        "out",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        cols: tuple[torch.Tensor, ...],
+        *,
+        k: int,
+        block: int | None = None,
+        programs: int | None = None,
+    ) -> None:
+        cols = tuple(cols)
+        self.n = check_columns(name, cols, 0, 0)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        self.name, self.cols, self.k = name, cols, k
+        self.device = device = cols[0].device
+        # the kernel writes all k entries; n == 0 or k > MAX_K fill it here
+        self.out = torch.full((k,), -1, dtype=torch.int64, device=device)
+        self._runners: dict[tuple, object] = {}
+        self._counters: dict[int, torch.Tensor] = {}
+        self._host: torch.Tensor | None = None
+        if self.n == 0 or k > MAX_K:
+            return
+        k_pad = triton.next_power_of_2(k)
+        block = block or _block(self.n, device)
+        if block & (block - 1) or block < 16:
+            raise ValueError(f"block must be a power of two >= 16, got {block}")
+        n_tiles = triton.cdiv(self.n, block)
+        if programs is not None and (not isinstance(programs, int) or programs < 1):
+            raise ValueError(f"programs must be a positive int, got {programs!r}")
+        p = programs or _programs(device, n_tiles, k_pad)
+        dtype = key_dtype(name)
+        part_key = torch.empty(p * k_pad, dtype=dtype, device=device)
+        part_idx = torch.empty(p * k_pad, dtype=torch.int64, device=device)
+        self._grid = (p, 1, 1)
+        self._args = (*cols, part_key, part_idx)
+        self._meta = dict(
+            HEURISTIC=HEURISTIC_IDS[name],
+            KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
+            SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
+            K=k_pad,
+            BLOCK=block,
+        )
+        self._consts = tuple(self._meta.values())  # the constexprs, in signature order
+
+    def __call__(self, now: int, rand_base: int) -> torch.Tensor:
+        """The k best candidate slots, [k] int64 on the device, best first, -1 padded."""
+        if not isinstance(now, int) or isinstance(now, bool):
+            raise ValueError(f"now must be a Python int, got {now!r}")
+        if not isinstance(rand_base, int) or isinstance(rand_base, bool):
+            raise ValueError(f"rand_base must be a Python int, got {rand_base!r}")
+        if not 0 <= rand_base < 2**32:
+            raise ValueError(f"rand_base must lie in [0, 2**32), got {rand_base}")
+        if self.n == 0:
+            return self.out
+        if self.k > MAX_K:
+            self.out.copy_(_select_by_sorting(self.name, self.cols, now, rand_base, self.k))
+            return self.out
+        device = self.device
+        stream = _current_stream(device)
+        counter = self._counters.get(stream)
+        if counter is None:
+            counter = self._counters[stream] = _counter(device, stream)
+        args = (*self._args, counter, self.out, self.n, self.k, now, rand_base)
+        key = _int_types(now, rand_base)
+        run = self._runners.get(key)
+        try:
+            if run is not None and torch.cuda.current_device() == device.index:
+                run(*args, *self._consts, stream=stream)  # NOTE rule 7
+                return self.out
+            with _guard(device):  # the launch goes to the tensors' device (and its stream)
+                compiled = _select_kernel[self._grid[:1]](
+                    *args,
+                    **self._meta,
+                    num_warps=4 if self._meta["K"] <= 16 else 8,
+                    enable_fp_fusion=False,
+                )
+        except BaseException:
+            counter.zero_()  # a failed launch must not leave a stale ticket behind
+            raise
+        if device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "function"):
+            self._runners[key] = compiled[self._grid]
+        return self.out
+
+    def victims(self, now: int, rand_base: int) -> list[int]:
+        """:meth:`__call__` read to the host: the ``min(k, #candidates)`` slots, best first.
+
+        One read through a pinned buffer, waiting for the current stream only."""
+        out = self(now, rand_base)
+        if self.device.type == "cuda":
+            if self._host is None:
+                self._host = torch.empty(self.k, dtype=torch.int64, pin_memory=True)
+            self._host.copy_(out, non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+            out = self._host
+        ids = out.tolist()
+        return ids[: ids.index(-1)] if -1 in ids else ids
+
+
+def _guard(device: torch.device):
+    """The device guard of ``device`` for a launch (a no-op off CUDA)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def select(
@@ -323,53 +473,12 @@ def select(
     Args as :func:`score`, plus ``k`` >= 1. Ordered by (score, slot id); padded with -1 when
     there are fewer than k candidates. One launch for k <= MAX_K (NOTE [ One-launch
     selection ]). ``block`` (a power of two) and ``programs`` override the tiling, for tests.
+    A caller deciding repeatedly over the same columns prepares a :class:`Selection` once.
     """
     cols = (cost, size, last_access, nbhd_cost, state)
-    n = check_columns(name, cols, now, rand_base)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    device = cost.device
-    if n == 0:
-        return torch.full((k,), -1, dtype=torch.int64, device=device)
-    if k > MAX_K:
-        return _select_by_sorting(name, cols, now, rand_base, k)
-    out = torch.empty(k, dtype=torch.int64, device=device)  # the kernel writes all k entries
-    k_pad = triton.next_power_of_2(k)
-    block = block or _block(n, device)
-    if block & (block - 1) or block < 16:
-        raise ValueError(f"block must be a power of two >= 16, got {block}")
-    n_tiles = triton.cdiv(n, block)
-    if programs is not None and (not isinstance(programs, int) or programs < 1):
-        raise ValueError(f"programs must be a positive int, got {programs!r}")
-    p = programs or _programs(device, n_tiles, k_pad)
-    dtype = key_dtype(name)
-    part_key = torch.empty(p * k_pad, dtype=dtype, device=device)
-    part_idx = torch.empty(p * k_pad, dtype=torch.int64, device=device)
-    counter = _counter(device)
-    try:
-        with _guard(device):  # the launch goes to the tensors' device (and its stream)
-            _select_kernel[(p,)](
-                *cols,
-                part_key,
-                part_idx,
-                counter,
-                out,
-                n,
-                k,
-                now,
-                rand_base,
-                HEURISTIC=HEURISTIC_IDS[name],
-                KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
-                SENT=2**63 - 1 if dtype == torch.int64 else float("inf"),
-                K=k_pad,
-                BLOCK=block,
-                num_warps=4 if k_pad <= 16 else 8,
-                enable_fp_fusion=False,
-            )
-    except BaseException:
-        counter.zero_()  # a failed launch must not leave a stale ticket behind
-        raise
-    return out
+    check_columns(name, cols, now, rand_base)
+    sel = Selection(name, cols, k=k, block=block, programs=programs)
+    return sel(now, rand_base)
 
 
 def _select_by_sorting(name, cols, now, rand_base, k):

@@ -212,3 +212,31 @@ def test_cuda_staging_matches_host():
     assert torch.equal(
         table.select("dtr", 100, k=5), table.select("dtr", 100, k=5, backend="torch")
     )
+
+
+@pytest.mark.gpu
+def test_cuda_select_keeps_its_prepared_kernel_until_the_table_grows():
+    """NOTE [ One-launch selection ] rule 7: a CUDA table prepares one selection per
+    (heuristic, k, backend) and drops them when growing replaces its columns."""
+    table = MetadataTable(8, device="cuda")
+    rng = np.random.default_rng(2)
+    table.add_many(rng.random(6), rng.integers(1, 1000, 6), rng.integers(0, 50, 6))
+    for k in (1, 3):
+        assert torch.equal(
+            table.select("dtr", 60, k=k), table.select("dtr", 60, k=k, backend="torch")
+        )
+    assert len([s for s in table._selections.values() if s is not None]) == 2
+    table.add_many(rng.random(100), rng.integers(1, 1000, 100), rng.integers(0, 50, 100))
+    for now in (60, 2**31 + 60, 2**40):  # each integer type of `now` compiles once
+        got, want = table.select("msps", now, k=4), table.select("msps", now, k=4, backend="torch")
+        assert torch.equal(got, want)
+    assert table.capacity >= 106 and len(table._selections) == 2  # msps x (auto, torch)
+
+
+def test_policy_selection_is_none_where_the_twin_selects():
+    from tritondtr import policy
+
+    table = MetadataTable(4, device="cpu")
+    assert policy.selection("dtr", table.columns(), k=1) is None
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        policy.selection("dtr", table.columns(), k=0)

@@ -215,6 +215,79 @@ def test_empty_columns():
     )
 
 
+# ------------------------------------------------------------------- prepared selection
+SELECTION_CASES = [(1000, "dtr", 1), (4097, "msps", 5), (127, "lru", 64), (127, "size", 65)]
+
+
+@pytest.mark.parametrize(("n", "h", "k"), SELECTION_CASES, ids=lambda v: str(v))
+def test_selection_matches_select_and_follows_the_columns(n, h, k):
+    data = columns(n)
+    cols = args(data["cols"])
+    sel = kernels.Selection(h, cols, k=k)
+    for round_ in range(3):
+        now = data["now"] + round_
+        got = sel(now, random_base(SEED, now)).cpu()
+        fresh = kernels.select(h, *cols, now=now, rand_base=random_base(SEED, now), k=k).cpu()
+        assert torch.equal(got, fresh)
+        assert torch.equal(got[: min(k, 64)], expected_ids(h, {**data, "now": now}, k)[:64])
+        want = [i for i in got.tolist() if i >= 0]
+        assert sel.victims(now, random_base(SEED, now)) == want
+        # the columns change in place between decisions; the selection reads them anew
+        data["cols"]["state"][got[0]] = 0 if got[0] >= 0 else 1
+
+
+def test_selection_of_empty_columns_and_no_candidates():
+    empty = kernels.Selection("dtr", args(columns(0)["cols"]), k=3)
+    assert empty(1, 0).tolist() == [-1, -1, -1] and empty.victims(1, 0) == []
+    none = columns(127, kind="none")
+    sel = kernels.Selection("dtr", args(none["cols"]), k=2)
+    assert sel.victims(none["now"], 0) == []
+
+
+def test_selection_direct_launch_passes_the_kernel_its_arguments_in_order(monkeypatch):
+    """NOTE [ One-launch selection ] rule 7: the direct call of the compiled kernel (CUDA
+    only) gets every argument in the kernel's signature order, constexprs included. Here a
+    stand-in for the compiled kernel launches the interpreted one with those positional
+    arguments, which binds them by position: a wrong order fails."""
+    from tritondtr.kernels import topk_select
+
+    data = columns(4097)
+    cols = args(data["cols"])
+    sel = kernels.Selection("dtr", cols, k=5, block=128, programs=3)
+    now = data["now"]
+    calls = []
+
+    def direct(*a, stream):
+        calls.append(stream)
+        topk_select._select_kernel[sel._grid[:1]](*a, num_warps=4, enable_fp_fusion=False)
+
+    key = topk_select._int_types(now, random_base(SEED, now))
+    sel._runners[key] = direct
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: sel.device.index)
+    got = sel(now, random_base(SEED, now)).cpu()
+    assert calls == [0], "the prepared launch was not taken"
+    assert torch.equal(got, expected_ids("dtr", data, 5))
+    assert len(topk_select._select_kernel.arg_names) == 9 + 4 + len(sel._consts)
+
+
+def test_selection_keeps_one_kernel_per_integer_type():
+    from tritondtr.kernels.topk_select import _int_types
+
+    assert _int_types(5, 2**31 - 1, -(2**31)) == (0, 0, 0)
+    assert _int_types(2**31, -(2**31) - 1, 2**63 - 1) == (1, 1, 1)
+    assert _int_types(2**63) == (2,)
+
+
+@pytest.mark.parametrize(
+    ("now", "rand_base", "match"),
+    [(1.5, 0, "now must be a Python int"), (1, -1, "rand_base must lie"), (1, True, "Python int")],
+)
+def test_selection_rejects_bad_clocks(now, rand_base, match):
+    sel = kernels.Selection("dtr", args(columns(127)["cols"]), k=1)
+    with pytest.raises(ValueError, match=match):
+        sel(now, rand_base)
+
+
 # ------------------------------------------------------------------------ launcher errors
 def _bad(**change):
     cols = dict(columns(127)["cols"])
@@ -368,3 +441,28 @@ def test_gpu_select_and_score_match_twin(h, k):
     now = data["now"]
     got = kernels.score(h, *args(data["cols"]), now=now, rand_base=random_base(SEED, now))
     assert torch.equal(got, score_torch(Heuristic(h), *args(data["cols"]), now, SEED))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    INTERPRETED and torch.cuda.is_available(),
+    reason="the interpreter is on: run `TRITON_INTERPRET=0 pytest -m gpu` for the compiled kernels",
+)
+@pytest.mark.parametrize("k", [1, 8])
+def test_gpu_prepared_selection_launches_its_compiled_kernel_directly(k):
+    """NOTE [ One-launch selection ] rule 7 on the device: after each integer type's first
+    launch the selection calls the compiled kernel itself; every call equals the twin, as
+    the columns change between calls."""
+    data = columns(70000, device="cuda")
+    sel = kernels.Selection("dtr", args(data["cols"]), k=k)
+    nows = (5, 2**31 + 5, 2**40, 7)
+    for now in nows:
+        for _ in range(3):
+            d = {**data, "now": now}
+            got = sel(now, random_base(SEED, now)).cpu()
+            assert torch.equal(got, expected_ids("dtr", d, k))
+            assert sel.victims(now, random_base(SEED, now)) == [i for i in got.tolist() if i >= 0]
+            data["cols"]["state"][got[0]] = 0  # the best one leaves the candidates
+    from tritondtr.kernels.topk_select import _int_types
+
+    assert len(sel._runners) == len({_int_types(t, random_base(SEED, t)) for t in nows}) > 1

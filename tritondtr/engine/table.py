@@ -9,6 +9,7 @@ import torch
 
 from .. import policy
 from ..policy.heuristics import CustomHeuristic, Heuristic
+from ..policy.scoring import random_base
 from . import residency
 
 __all__ = ["MetadataTable", "SlotState"]
@@ -146,6 +147,7 @@ class MetadataTable:
         self._staging: torch.Tensor | None = None  # pinned [n, 6] int64 (rule 4)
         self._staged: torch.cuda.Event | None = None  # the last copy from it
         self._victims: torch.Tensor | None = None  # pinned int64 (rule 3)
+        self._selections: dict = {}  # (heuristic, k, backend) -> prepared selection or None
         self.device_syncs = 0
         self.capacity = 0
         self._free: list[int] = []
@@ -200,6 +202,7 @@ class MetadataTable:
         for name in self.COLUMNS + self.DERIVED:
             host = torch.from_numpy(getattr(self, "host_" + name))
             self._dev[name] = host if self._zero_copy else host.to(self.device)
+        self._selections.clear()  # they hold the old columns
         self._dirty.clear()
         self._grown = False
 
@@ -453,6 +456,11 @@ class MetadataTable:
         if self._stream is None:
             return policy.select(heuristic, self._dev, now, k=k, **kw)
         with self._on_stream():
+            sel = self._selection(heuristic, k, backend)
+            if sel is not None:  # the prepared kernel (NOTE [ One-launch selection ] rule 7)
+                ids = sel.victims(policy.check_now(now), random_base(seed, now))
+                self.device_syncs += 1
+                return torch.tensor(ids, dtype=torch.int64)
             ids = policy.select(heuristic, self._dev, now, k=k, host=False, **kw)
             n = ids.numel()
             if self._victims is None or self._victims.numel() < n:
@@ -463,6 +471,19 @@ class MetadataTable:
         self.device_syncs += 1
         out = out.clone()
         return out[out >= 0]
+
+    def _selection(self, heuristic, k: int, backend: str):
+        """The prepared Triton selection of (heuristic, k, backend), or None for the twin."""
+        key = (heuristic, k, backend)
+        try:
+            return self._selections[key]
+        except KeyError:
+            sel = self._selections[key] = policy.selection(
+                heuristic, self._dev, k=k, backend=backend
+            )
+            return sel
+        except TypeError:  # an unhashable heuristic object: not cached
+            return policy.selection(heuristic, self._dev, k=k, backend=backend)
 
     # ---------------------------------------------------------------- debugging
     def check_invariants(self) -> None:

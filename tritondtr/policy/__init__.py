@@ -5,7 +5,15 @@ registry of user heuristics), ``scoring`` (the torch twins of the kernels: the C
 kernels' test oracle) and ``backend`` (which of the two runs, and the one call each makes).
 """
 
-from .backend import Backend, check_now, resolve_backend, score, select, triton_available
+from .backend import (
+    Backend,
+    check_now,
+    resolve_backend,
+    score,
+    select,
+    selection,
+    triton_available,
+)
 from .heuristics import (
     CustomHeuristic,
     Heuristic,
@@ -24,6 +32,7 @@ __all__ = [
     "resolve_backend",
     "score",
     "select",
+    "selection",
     "triton_available",
     # heuristics
     "CustomHeuristic",

@@ -12,7 +12,15 @@ import torch
 from .heuristics import CustomHeuristic, Heuristic, get_heuristic
 from .scoring import random_base, score_torch, select_torch
 
-__all__ = ["Backend", "check_now", "resolve_backend", "score", "select", "triton_available"]
+__all__ = [
+    "Backend",
+    "check_now",
+    "resolve_backend",
+    "score",
+    "select",
+    "selection",
+    "triton_available",
+]
 
 
 class Backend(str, enum.Enum):
@@ -139,6 +147,30 @@ def select(
         return ids
     ids = ids.cpu()  # the one device-to-host read of a decision
     return ids[ids >= 0]
+
+
+def selection(
+    heuristic: Heuristic | CustomHeuristic | str,
+    cols: dict[str, torch.Tensor],
+    *,
+    k: int = 1,
+    backend: Backend | str = Backend.AUTO,
+):
+    """A prepared Triton selection over ``cols`` for repeated decisions, or None where the
+    torch twin selects (a CPU table, a user heuristic, ``backend='torch'``).
+
+    ``sel.victims(now, random_base(seed, now))`` then gives what :func:`select` gives, as a
+    list, without validating ``cols`` or allocating again (NOTE [ One-launch selection ] rule
+    7 in kernels/topk_select.py). The columns' storage must outlive it unchanged.
+    """
+    h = get_heuristic(heuristic)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    if resolve_backend(backend, cols["cost"].device, h) is Backend.TORCH:
+        return None
+    from .. import kernels
+
+    return kernels.Selection(h.value, _args(cols), k=k)
 
 
 def check_now(now) -> int:

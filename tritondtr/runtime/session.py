@@ -235,6 +235,7 @@ class Session:
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
         self._streams: torch.cuda.Stream | None = None  # NOTE [ Side streams ]: default
         self._side_seen = False
+        self._default = (0, 0)  # (device index, raw handle) of ``_streams``
         self._precision: tuple | None = None  # NOTE [ Precision flags ]: CUDA sessions
         self.storages: list = []  # sid -> weakref to its Storage (NOTE [ Storage lifetime ])
         self.dead: list[Storage] = []  # NOTE [ Storage lifetime ] rule 2
@@ -341,11 +342,12 @@ class Session:
     def _side_streams(self, inputs) -> None:
         """NOTE [ Side streams ]: after an op, its tracked inputs' buffers are recorded as used
         by the current stream, once any op of the session ran off the default stream."""
-        stream = torch.cuda.current_stream(self.core.device)
-        if not self._side_seen:
-            if stream == self._streams:
+        if not self._side_seen:  # the raw handle: no Stream object per op
+            index, default = self._default
+            if torch._C._cuda_getCurrentRawStream(index) == default:
                 return
             self._side_seen = True
+        stream = torch.cuda.current_stream(self.core.device)
         for inp in inputs:
             if inp.mode <= WRITE:
                 buf = inp.source.buf
@@ -664,6 +666,7 @@ class Session:
             if self.timer is not None:  # NOTE [ Device time ] rule 4
                 self.timer.set_device(device)
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
+            self._default = (self._streams.device_index, self._streams.cuda_stream)
             self._precision = devices.precision_flags()  # NOTE [ Precision flags ]
 
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
