@@ -700,8 +700,9 @@ def _decision_cost_at(ctx, n: int) -> None:
         ctx.row("decision_cost", f"{name} N={n}", round(us, 2), "us")
         if name.startswith("decision"):
             ctx.figure(f"{name} N={n}", f"{us:.1f} us")
-    if ctx.cuda:  # the kernel's own time, back to back
+    if ctx.cuda:  # the kernel's own time: launches queued behind a sleep run back to back
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(100_000_000)  # ~50 ms at 2 GHz: longer than queueing the launches
         start.record()
         for _ in range(reps):
             sel(now, rb)

@@ -33,8 +33,12 @@
 #    integer type Triton gives ``now`` and ``rand_base`` (i32 inside int32's range, i64
 #    outside it: ``do_not_specialize`` leaves the type): one compiled kernel per pair of
 #    types. The direct call passes the launcher every argument in signature order, the
-#    constexprs included, as Triton's own launch does (Triton 3.6 and 3.9 alike). The
-#    host-side costs per decision, measured on a GPU: docs/benchmarks.md, "Decision cost".
+#    constexprs included, as Triton's own launch does (Triton 3.6 and 3.9 alike), and the
+#    tensors as their addresses: the launcher then neither calls ``data_ptr()`` nor asks
+#    the driver about each pointer. So a Selection's tensors must keep their storage: the
+#    selection holds them alive; a CUDA table drops its selections when it reallocates its
+#    columns. The host-side costs per decision, measured on a GPU: docs/benchmarks.md,
+#    "Decision cost".
 """
 
 from __future__ import annotations
@@ -340,8 +344,9 @@ class Selection:
         "_consts",
         "_counters",
         "_grid",
-        "_host",
         "_meta",
+        "_out_ptr",
+        "_ptrs",
         "_runners",
         "cols",
         "device",
@@ -349,7 +354,7 @@ class Selection:
         "n",
         "name",
         "out",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -369,8 +374,7 @@ class Selection:
         # the kernel writes all k entries; n == 0 or k > MAX_K fill it here
         self.out = torch.full((k,), -1, dtype=torch.int64, device=device)
         self._runners: dict[tuple, object] = {}
-        self._counters: dict[int, torch.Tensor] = {}
-        self._host: torch.Tensor | None = None
+        self._counters: dict[int, tuple[torch.Tensor, int]] = {}  # stream -> (counter, address)
         if self.n == 0 or k > MAX_K:
             return
         k_pad = triton.next_power_of_2(k)
@@ -386,6 +390,8 @@ class Selection:
         part_idx = torch.empty(p * k_pad, dtype=torch.int64, device=device)
         self._grid = (p, 1, 1)
         self._args = (*cols, part_key, part_idx)
+        self._ptrs = tuple(t.data_ptr() for t in self._args)  # for the direct launch (rule 7)
+        self._out_ptr = self.out.data_ptr()
         self._meta = dict(
             HEURISTIC=HEURISTIC_IDS[name],
             KEY_DTYPE=tl.int64 if dtype == torch.int64 else tl.float32,
@@ -412,40 +418,42 @@ class Selection:
         stream = _current_stream(device)
         counter = self._counters.get(stream)
         if counter is None:
-            counter = self._counters[stream] = _counter(device, stream)
-        args = (*self._args, counter, self.out, self.n, self.k, now, rand_base)
-        key = _int_types(now, rand_base)
-        run = self._runners.get(key)
+            c = _counter(device, stream)
+            counter = self._counters[stream] = (c, c.data_ptr())
+        run = self._runners.get(_int_types(now, rand_base))
         try:
             if run is not None and torch.cuda.current_device() == device.index:
-                run(*args, *self._consts, stream=stream)  # NOTE rule 7
+                # NOTE rule 7: addresses, not tensors (the launcher then asks the driver
+                # nothing), every argument in signature order
+                run(*self._ptrs, counter[1], self._out_ptr, self.n, self.k, now, rand_base,
+                    *self._consts, stream=stream)  # fmt: skip
                 return self.out
             with _guard(device):  # the launch goes to the tensors' device (and its stream)
                 compiled = _select_kernel[self._grid[:1]](
-                    *args,
+                    *self._args,
+                    counter[0],
+                    self.out,
+                    self.n,
+                    self.k,
+                    now,
+                    rand_base,
                     **self._meta,
                     num_warps=4 if self._meta["K"] <= 16 else 8,
                     enable_fp_fusion=False,
                 )
         except BaseException:
-            counter.zero_()  # a failed launch must not leave a stale ticket behind
+            counter[0].zero_()  # a failed launch must not leave a stale ticket behind
             raise
         if device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "function"):
-            self._runners[key] = compiled[self._grid]
+            self._runners[_int_types(now, rand_base)] = compiled[self._grid]
         return self.out
 
     def victims(self, now: int, rand_base: int) -> list[int]:
         """:meth:`__call__` read to the host: the ``min(k, #candidates)`` slots, best first.
 
-        One read through a pinned buffer, waiting for the current stream only."""
-        out = self(now, rand_base)
-        if self.device.type == "cuda":
-            if self._host is None:
-                self._host = torch.empty(self.k, dtype=torch.int64, pin_memory=True)
-            self._host.copy_(out, non_blocking=True)
-            torch.cuda.current_stream(self.device).synchronize()
-            out = self._host
-        ids = out.tolist()
+        One read, waiting for the current stream only (``tolist`` copies on it and
+        synchronises it)."""
+        ids = self(now, rand_base).tolist()
         return ids[: ids.index(-1)] if -1 in ids else ids
 
 

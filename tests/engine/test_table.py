@@ -1,5 +1,7 @@
 """MetadataTable: invariants under random add / update / free / growth, and host staging."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -227,7 +229,7 @@ def test_cuda_select_keeps_its_prepared_kernel_until_the_table_grows():
         )
     assert len([s for s in table._selections.values() if s is not None]) == 2
     table.add_many(rng.random(100), rng.integers(1, 1000, 100), rng.integers(0, 50, 100))
-    for now in (60, 2**31 + 60, 2**40):  # each integer type of `now` compiles once
+    for now in (60, 60.0, 2**31 + 60, 2**40):  # each integer type of `now` compiles once
         got, want = table.select("msps", now, k=4), table.select("msps", now, k=4, backend="torch")
         assert torch.equal(got, want)
     assert table.capacity >= 106 and len(table._selections) == 2  # msps x (auto, torch)
@@ -240,3 +242,25 @@ def test_policy_selection_is_none_where_the_twin_selects():
     assert policy.selection("dtr", table.columns(), k=1) is None
     with pytest.raises(ValueError, match="k must be a positive int"):
         policy.selection("dtr", table.columns(), k=0)
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="the kernels on CPU need the interpreter"
+)
+def test_triton_select_prepares_once_and_takes_any_clock():
+    """The prepared selection (NOTE [ One-launch selection ] rule 7) on the interpreter's CPU
+    table: the victims of the torch twin, for a clock the simulator gives as a float too,
+    one selection per (heuristic, k, backend), dropped when the table grows."""
+    table = MetadataTable(8, device="cpu")
+    rng = np.random.default_rng(3)
+    table.add_many(rng.random(8), rng.integers(1, 1000, 8), rng.integers(0, 50, 8))
+    for now in (60, 60.0, 2**31 + 60):
+        got = table.select("dtr", now, k=3, backend="triton")
+        assert torch.equal(got, table.select("dtr", now, k=3, backend="torch"))
+    first = table._selections[("dtr", 3, "triton")]
+    assert table.select("dtr", 61, k=3, backend="triton") is not None
+    assert table._selections[("dtr", 3, "triton")] is first
+    table.add_many(rng.random(20), rng.integers(1, 1000, 20), rng.integers(0, 50, 20))
+    got = table.select("dtr", 70, k=3, backend="triton")
+    assert torch.equal(got, table.select("dtr", 70, k=3, backend="torch"))
+    assert table._selections[("dtr", 3, "triton")] is not first

@@ -257,12 +257,20 @@ def test_selection_direct_launch_passes_the_kernel_its_arguments_in_order(monkey
     now = data["now"]
     calls = []
 
+    tensors = {t.data_ptr(): t for t in (*sel._args, sel.out, *topk_select._COUNTERS.values())}
+
     def direct(*a, stream):
         calls.append(stream)
+        assert all(isinstance(x, int) for x in a[:9]), "pointers go as addresses"
+        a = [tensors[x] for x in a[:9]] + list(a[9:])
         topk_select._select_kernel[sel._grid[:1]](*a, num_warps=4, enable_fp_fusion=False)
 
     key = topk_select._int_types(now, random_base(SEED, now))
+    sel(now, random_base(SEED, now))  # through the JIT first (on CPU it keeps no kernel)
+    assert not sel._runners
+    tensors.update({c.data_ptr(): c for c in topk_select._COUNTERS.values()})
     sel._runners[key] = direct
+    sel.out.fill_(-7)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: sel.device.index)
     got = sel(now, random_base(SEED, now)).cpu()
     assert calls == [0], "the prepared launch was not taken"

@@ -452,15 +452,19 @@ class MetadataTable:
         [ Private stream ] rule 3). Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
+        sel = self._selection(heuristic, k, backend)
+        if sel is not None:  # the prepared kernel (NOTE [ One-launch selection ] rule 7)
+            now = policy.check_now(now)
+            if self._stream is None:  # the interpreter's CPU table (tests)
+                return torch.tensor(sel.victims(now, random_base(seed, now)), dtype=torch.int64)
+            with self._on_stream():
+                ids = sel.victims(now, random_base(seed, now))
+            self.device_syncs += 1
+            return torch.tensor(ids, dtype=torch.int64)
         kw = dict(backend=backend, seed=seed, clock_bounds=(self._clock_lo, self._clock_hi))
         if self._stream is None:
             return policy.select(heuristic, self._dev, now, k=k, **kw)
         with self._on_stream():
-            sel = self._selection(heuristic, k, backend)
-            if sel is not None:  # the prepared kernel (NOTE [ One-launch selection ] rule 7)
-                ids = sel.victims(policy.check_now(now), random_base(seed, now))
-                self.device_syncs += 1
-                return torch.tensor(ids, dtype=torch.int64)
             ids = policy.select(heuristic, self._dev, now, k=k, host=False, **kw)
             n = ids.numel()
             if self._victims is None or self._victims.numel() < n:
