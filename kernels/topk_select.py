@@ -313,7 +313,13 @@ def _programs(device: torch.device, n_tiles: int, k_pad: int) -> int:
         return min(n_tiles, 4)
     sms = _sm_count(device.index)
     # Registers (ptxas -v, sm_90, BLOCK 1024) allow about 7 programs per SM for k <= 16 and
-    # 1 to 2 for k = 64; 4 and 2 leave room. An estimate, not a timing (no GPU was at hand).
+    # 1 to 2 for k = 64. Timed on an H200 (benchmarks/bench_select_tiling.py; rows in
+    # benchmarks/results/select_tiling_nvidia-h200.csv): k = 1 runs fastest at 8 programs
+    # per SM once each has 2 tiles or more (2^24 slots: 104 against 113 us at 4), and at 4
+    # below that (1e6: 10.2 against 11.3 us at one tile each); k = 8 at 4 (2^24: 159 us; 8
+    # took 190).
+    if k_pad == 1 and n_tiles >= 2 * 8 * sms:
+        return sms * 8
     return min(n_tiles, sms * (4 if k_pad <= 16 else 2))
 
 

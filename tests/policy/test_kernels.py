@@ -474,3 +474,20 @@ def test_gpu_prepared_selection_launches_its_compiled_kernel_directly(k):
     from tritondtr.kernels.topk_select import _int_types
 
     assert len(sel._runners) == len({_int_types(t, random_base(SEED, t)) for t in nows}) > 1
+
+
+def test_programs_per_sm_as_timed_on_an_h200(monkeypatch):
+    """The CUDA grid rule (``_programs``, timed by benchmarks/bench_select_tiling.py): k = 1
+    takes 8 programs per SM once each gets 2 tiles, else 4; k <= 16 takes 4; larger k 2."""
+    from tritondtr.kernels import topk_select
+
+    monkeypatch.setattr(topk_select, "_sm_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    assert topk_select._programs(cuda, 16384, 1) == 1056  # 2^24 slots in tiles of 1024
+    assert topk_select._programs(cuda, 2112, 1) == 1056
+    assert topk_select._programs(cuda, 2111, 1) == 528
+    assert topk_select._programs(cuda, 977, 1) == 528  # 1e6 slots
+    assert topk_select._programs(cuda, 300, 1) == 300
+    assert topk_select._programs(cuda, 16384, 8) == 528
+    assert topk_select._programs(cuda, 16384, 64) == 264
+    assert topk_select._programs(torch.device("cpu"), 16384, 1) == 4
