@@ -18,15 +18,15 @@ rot between the rare sessions that have a GPU.
 #    figures) and rows.csv (every figure: stage, what, config, value, unit) are rewritten, so
 #    a run cut short keeps what finished. Outputs stay within what the device tool brings
 #    back (at most 8 files): those three, log.txt, gpu_tests.txt and the GPT-2 step's traces
-#    (gpt2_step.npz and gpt2_step_checkpoint.npz: costs measured on the device, for the twin
-#    offline).
+#    (gpt2_step.npz and gpt2_step_checkpoint.npz: the step's program and sizes on the device,
+#    for the twin offline; their costs are launch times, the stage's comment says why).
 # 4. Bitwise checks compare against eager runs of the same code. On CUDA they run with
 #    ``torch.use_deterministic_algorithms(True)`` where eager itself is not repeatable
 #    otherwise (atomics in embedding and index backward); the default mode is checked too,
 #    and says whether eager repeated itself there.
 
 examples:
-  python benchmarks/gpu_check.py --out out/gpu            # one H100: at most ~8 minutes
+  python benchmarks/gpu_check.py --out out/gpu --sha abc1234   # one H200: ~4 minutes
   python benchmarks/gpu_check.py --out out/gpu --only env,bitwise
   python benchmarks/gpu_check.py --out out/tiny --tiny    # CPU, toy sizes, ~1 minute
 """

@@ -484,10 +484,11 @@ def stage_gpt2(ctx) -> None:
             ctx.figure("matched vs checkpoint: device peak", round(dpeak / ck_dpeak, 3))
     if ck_ms is not None:
         ctx.figure("checkpoint vs eager: time", round(ck_ms / eager_ms, 3))
-    # The step as a trace with the costs the device measured, for the twin and the policy
-    # sweeps offline (which budget and heuristic reach checkpoint's memory at its time:
-    # python benchmarks/bench_sim_checkpoint.py --traces gpt2_step.npz
-    # gpt2_step_checkpoint.npz).
+    # The step as a trace, for the twin and the policy sweeps offline (python
+    # benchmarks/bench_sim_checkpoint.py --traces gpt2_step.npz gpt2_step_checkpoint.npz).
+    # Its costs are ``measured``: on CUDA the host time of each op's launch, not its
+    # kernels' (NOTE [ Recording a trace ] rule 6), so the sizes and the program are the
+    # device's, the costs are not.
     path = ctx.out / "gpt2_step.npz"
     with tritondtr.trace(path, budget=None, cost="measured", meta=meta) as rec:
         step()

@@ -89,12 +89,14 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    persistent pinned buffer for the victims (NOTE [ Private stream ] in engine/table.py): it
 #    waits only for its own work, once per selection, counted as a device synchronization
 #    (``stats.device_syncs``; 0 on the host). Where the line lies (the ``latency`` stage of
-#    ``benchmarks/gpu_check.py``; one H200, docs/benchmarks.md, GPU figures): with the GPU
-#    idle the host decided faster up to 1e5 candidates (44 / 73 / 183 us at 1e3 / 1e4 / 1e5
-#    against 133 / 248 / 143) and the device table at 1e6 (128 against 470 us); behind 52 ms of
-#    queued matmuls the host took 265 us to 1.1 ms, the private stream 0.5 to 1 ms, and the
-#    compute stream the whole backlog. GPT-2 small's step at 50 % took the same time with
-#    either table (619 / 622 ms).
+#    ``benchmarks/gpu_check.py``; one H200, docs/benchmarks.md, GPU figures), with the
+#    selection prepared once per table (NOTE [ One-launch selection ] rule 7 in
+#    kernels/topk_select.py): with the GPU idle the host decided faster at 1e3 candidates
+#    (38 against 52 us) and the device table from 1e4 (48 / 51 / 97 us at 1e4 / 1e5 / 1e6
+#    against 62 / 411 / 424); behind 52 ms of queued matmuls the host took 0.3 to 1.2 ms,
+#    the private stream 0.4 to 0.6 ms, and the compute stream the whole backlog. A step's
+#    table holds a few thousand storages (GPT-2 small: 1,747 tensors), so the host stays the
+#    default; GPT-2 small's step at 50 % took the same time with either table (620 ms).
 # 3. The simulator's twin passes its own table device (``--device``) and so still uses the
 #    device-resident table and kernels at millions of tensors; decisions are the same either
 #    way (the torch twin and the kernels choose the same victims: tests/engine/test_engine.py).
