@@ -467,8 +467,10 @@ def stage_gpt2(ctx) -> None:
     _hf_checkpoint(model)
     ck_ms, ck_dpeak, _ = measure("checkpoint")
     meta = dict(model="gpt2-small", batch=batch, tokens=seq, device=ctx.device)
+    # Both traces with each op's device time (NOTE [ Recording a trace ] rule 6; CUDA only)
+    cost = "events" if ctx.cuda else "measured"
     ck_path = ctx.out / "gpt2_step_checkpoint.npz"  # the same step, every block checkpointed
-    with tritondtr.trace(ck_path, budget=None, cost="measured", meta=meta):
+    with tritondtr.trace(ck_path, budget=None, cost=cost, meta=meta):
         step()
     off = getattr(model, "activation_checkpointing_disable", None)
     (off or model.gradient_checkpointing_disable)()
@@ -484,13 +486,11 @@ def stage_gpt2(ctx) -> None:
             ctx.figure("matched vs checkpoint: device peak", round(dpeak / ck_dpeak, 3))
     if ck_ms is not None:
         ctx.figure("checkpoint vs eager: time", round(ck_ms / eager_ms, 3))
-    # The step as a trace, for the twin and the policy sweeps offline (python
+    # The step as a trace with each op's device time (``events``: NOTE [ Recording a trace ]
+    # rule 6), for the twin and the policy sweeps offline (python
     # benchmarks/bench_sim_checkpoint.py --traces gpt2_step.npz gpt2_step_checkpoint.npz).
-    # Its costs are ``measured``: on CUDA the host time of each op's launch, not its
-    # kernels' (NOTE [ Recording a trace ] rule 6), so the sizes and the program are the
-    # device's, the costs are not.
     path = ctx.out / "gpt2_step.npz"
-    with tritondtr.trace(path, budget=None, cost="measured", meta=meta) as rec:
+    with tritondtr.trace(path, budget=None, cost=cost, meta=meta) as rec:
         step()
     ctx.figure(
         "trace", f"{rec.trace.num_tensors} tensors, {path.stat().st_size:,} bytes: {path.name}"

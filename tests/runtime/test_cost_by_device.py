@@ -22,6 +22,7 @@ from tritondtr.engine.residency import EVICTED, RESIDENT
 from tritondtr.runtime import H100_SXM, CostModel, GPUCost, RuntimeConfig
 from tritondtr.runtime.cost import describe, resolve
 from tritondtr.runtime.events import DeviceClock, OpTimer
+from tritondtr.traceformat.trace import EventKind
 
 aten = torch.ops.aten
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -290,3 +291,31 @@ def test_events_session_waits_past_cpu_ops_for_the_first_cuda_output():
         torch.ones(3, requires_grad=True).exp()
         torch.ones(3, device="cuda", requires_grad=True).exp()
     assert s.core.device.type == "cuda"
+
+
+def test_a_trace_under_events_holds_each_ops_device_time():
+    """NOTE [ Recording a trace ] rule 6: under ``events`` the trace's CALL costs are the
+    ops' device times, read from their events when the trace is built, not the estimates
+    the run scored with. On the CPU a fake timer stands in for CUDA's (each event records
+    1 us after the one before: every op takes 1 us, 1000 ns, on the "device")."""
+    clock = [0.0]
+
+    def event():
+        clock[0] += 0.001
+        return _Event(clock)
+
+    x = torch.randn(64, 64, requires_grad=True)
+    with tritondtr.trace(None, cost=H100_SXM) as rec:
+        rec.session.timer = OpTimer(rec.session.core, event)
+        y = (x @ x).relu().sum()
+        y.backward()
+    t = rec.trace
+    calls = t.arg[t.kind == EventKind.CALL]
+    costs = t.op_cost[calls].tolist()
+    assert len(costs) == 8 and t.meta["costs"] == "device time (CUDA events)"
+    assert costs == pytest.approx([1000.0] * 8)
+    with tritondtr.trace(None, cost=H100_SXM) as plain:  # the estimates otherwise
+        (x @ x).relu().sum().backward()
+    assert plain.trace.meta["costs"] == "as the run scored"
+    t = plain.trace
+    assert t.op_cost[t.arg[t.kind == EventKind.CALL]].min() > 1000.0  # the H100 estimates

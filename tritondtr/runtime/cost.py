@@ -62,8 +62,9 @@
 #    and one forgotten since is skipped). Device time is what a recomputation costs, but
 #    not reproducible: two runs can decide differently, as under ``measured``; and where the
 #    GPU waits for the host (small ops), the events also span the host's launches. A trace
-#    recorded under it holds the estimates (the times arrive later), so the twin's replay of
-#    it is not the run's (NOTE [ The twin ] rule 4 needs the run's costs). On a session
+#    recorded under it holds each op's device time (NOTE [ Recording a trace ] rule 6), not
+#    the estimates the run scored with before the times arrived, so the twin's replay of it
+#    is not the run's (NOTE [ The twin ] rule 4 needs the run's costs). On a session
 #    whose device is the CPU, or without CUDA, it is a ValueError: use ``measured`` (exact
 #    there) or ``analytic``.
 """

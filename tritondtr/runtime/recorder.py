@@ -28,7 +28,11 @@ a :class:`~tritondtr.traceformat.builder.TraceBuilder`.
 # 6. Costs are the numbers the core scored with, from the session's cost model (NOTE [ Cost
 #    models ] in cost.py): by default the op's first execution's host wall time in ns (on
 #    CUDA, launch time); under ``analytic`` or a callable, that model's cost, so the replay
-#    scores exactly as the run did. ``meta["cost_model"]`` names the model.
+#    scores exactly as the run did. ``meta["cost_model"]`` names the model. Under ``events``
+#    the trace holds each op's device time instead, read from its events when the trace is
+#    built (the session's exit has waited for them): the costs a GPU step really has, for
+#    the policy's questions offline, but not the estimates the run scored with before the
+#    times arrived, so rule 9 does not hold for it.
 # 7. ``BACKWARD`` is annotated at the first op of each backward pass; each tensor created in
 #    one carries the ``BACKWARD`` flag, never-evicted ones ``PINNED``, overwritten inputs
 #    ``BLANK`` (NOTE [ Runtime annotations ]).
@@ -95,6 +99,7 @@ class Recorder:
         self.backward = False
         self.closed = False
         self.ops = self.untracked = self.inplace_bytes_max = 0
+        self.timed: list[tuple] = []  # (index of a CALL in events, its op's events): rule 6
 
     # ------------------------------------------------------------ observer hooks
     def op(self, info, args, kwargs, inputs, out, wrote, cost: float, blanks) -> None:
@@ -165,6 +170,9 @@ class Recorder:
             )
         )
         self.ops += 1
+        timer = self.session.timer
+        if timer is not None and timer.op is not None:  # ``events``: rule 6
+            self.timed.append((len(self.events) - 1, timer.op))
         written = 0
         for tid, (nbytes, alias, _, writes, sid, w) in zip(tids, outs):
             if sid is not None:  # a fresh output or a new version written in place
@@ -267,10 +275,15 @@ class Recorder:
         ids = [-1] * self.next_id
         for tid, nbytes in self.constants:
             ids[tid] = b.constant(nbytes)
-        for ev in self.events:
+        device_ns = {}  # rule 6: the session's exit waited for most (those that made storages)
+        for i, op in self.timed:
+            op.end.synchronize()
+            device_ns[i] = max(op.start.elapsed_time(op.end) * 1e6, 1.0)
+        for i, ev in enumerate(self.events):
             k = ev[0]
             if k == _CALL:
                 _, name, ins, sizes, aliases, cost, tids, flags, writes, in_flags = ev
+                cost = device_ns.get(i, cost)
                 new = b.call(
                     name,
                     [ids[t] for t in ins],

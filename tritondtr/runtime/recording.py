@@ -90,6 +90,8 @@ class Recording:
             "source": "tritondtr.trace",
             "cost_unit": "ns",
             "cost_model": describe(cfg.cost, core.device),  # NOTE [ Cost models ]
+            # NOTE [ Recording a trace ] rule 6: what the costs are
+            "costs": "device time (CUDA events)" if rec.timed else "as the run scored",
             "size_unit": "bytes",
             "torch": torch.__version__,
             "device": None if core.device is None else str(core.device),
@@ -141,7 +143,8 @@ def trace(
         budget, heuristic, backend, stress, debug, never_evict, pin_backward, cost: as for
             :func:`tritondtr.enable` (``budget=None``: no eviction, the baseline run). The
             trace's costs are the ones the run scored with, and ``meta["cost_model"]`` says
-            which model gave them.
+            which model gave them; under ``cost="events"`` (CUDA) each op's device time
+            instead (``meta["costs"]`` says which).
         meta: extra JSON-able provenance merged into ``trace.meta`` (e.g. ``{"model": ...}``).
         compress: zip-compress a ``.npz`` file.
 
