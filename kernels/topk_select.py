@@ -335,7 +335,9 @@ class Selection:
     ``Selection(name, cols, k=k)(now, rand_base)`` returns what :func:`select` returns for the
     same arguments, without validating the columns or allocating a buffer again (NOTE [
     One-launch selection ] rule 7). The result is this selection's own [k] int64 device
-    buffer, overwritten by its next call; :meth:`victims` reads it to the host instead.
+    buffer, overwritten by its next call; :meth:`victims` reads it to the host instead. Its
+    workspace is made on the current stream and is used by one stream at a time: make and
+    call it on the stream that owns the columns' updates (a CUDA table's private one).
 
     Args:
         name: a built-in heuristic (:data:`HEURISTIC_IDS`).
@@ -377,8 +379,10 @@ class Selection:
             raise ValueError(f"k must be a positive int, got {k!r}")
         self.name, self.cols, self.k = name, cols, k
         self.device = device = cols[0].device
-        # the kernel writes all k entries; n == 0 or k > MAX_K fill it here
-        self.out = torch.full((k,), -1, dtype=torch.int64, device=device)
+        # the kernel writes all k entries, as the sorting path does; none for no slots
+        self.out = torch.empty(k, dtype=torch.int64, device=device)
+        if self.n == 0:
+            self.out.fill_(-1)
         self._runners: dict[tuple, object] = {}
         self._counters: dict[int, tuple[torch.Tensor, int]] = {}  # stream -> (counter, address)
         if self.n == 0 or k > MAX_K:
@@ -489,9 +493,9 @@ def select(
     selection ]). ``block`` (a power of two) and ``programs`` override the tiling, for tests.
     A caller deciding repeatedly over the same columns prepares a :class:`Selection` once.
     """
-    cols = (cost, size, last_access, nbhd_cost, state)
-    check_columns(name, cols, now, rand_base)
-    sel = Selection(name, cols, k=k, block=block, programs=programs)
+    sel = Selection(
+        name, (cost, size, last_access, nbhd_cost, state), k=k, block=block, programs=programs
+    )
     return sel(now, rand_base)
 
 

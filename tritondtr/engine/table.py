@@ -199,10 +199,17 @@ class MetadataTable:
         self._sync_device_full_here()
 
     def _sync_device_full_here(self) -> None:
+        grown = self._grown or not self._dev
         for name in self.COLUMNS + self.DERIVED:
             host = torch.from_numpy(getattr(self, "host_" + name))
-            self._dev[name] = host if self._zero_copy else host.to(self.device)
-        self._selections.clear()  # they hold the old columns
+            if self._zero_copy:
+                self._dev[name] = host
+            elif grown:
+                self._dev[name] = host.to(self.device)
+            else:  # the same storage: prepared selections keep their addresses
+                self._dev[name].copy_(host)
+        if grown:
+            self._selections.clear()  # they hold the old columns
         self._dirty.clear()
         self._grown = False
 
@@ -452,15 +459,20 @@ class MetadataTable:
         [ Private stream ] rule 3). Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
-        sel = self._selection(heuristic, k, backend)
-        if sel is not None:  # the prepared kernel (NOTE [ One-launch selection ] rule 7)
-            now = policy.check_now(now)
-            if self._stream is None:  # the interpreter's CPU table (tests)
+        if self._stream is None:
+            sel = self._selection(heuristic, k, backend)
+            if sel is not None:  # the interpreter's CPU table (tests): as on CUDA below
+                now = policy.check_now(now)
                 return torch.tensor(sel.victims(now, random_base(seed, now)), dtype=torch.int64)
-            with self._on_stream():
-                ids = sel.victims(now, random_base(seed, now))
-            self.device_syncs += 1
-            return torch.tensor(ids, dtype=torch.int64)
+        else:
+            with self._on_stream():  # rule 2: its workspace is made on the private stream too
+                sel = self._selection(heuristic, k, backend)
+                if sel is not None:  # prepared (NOTE [ One-launch selection ] rule 7)
+                    now = policy.check_now(now)
+                    ids = sel.victims(now, random_base(seed, now))
+            if sel is not None:
+                self.device_syncs += 1
+                return torch.tensor(ids, dtype=torch.int64)
         kw = dict(backend=backend, seed=seed, clock_bounds=(self._clock_lo, self._clock_hi))
         if self._stream is None:
             return policy.select(heuristic, self._dev, now, k=k, **kw)
