@@ -13,7 +13,7 @@ import tritondtr.runtime as rt
 from tests.core_executor import Counting
 from tests.twin_check import assert_twin_replays
 from tritondtr.core import Core
-from tritondtr.core.core import _MAX_LINKS
+from tritondtr.core.graph import MAX_LINKS as _MAX_LINKS
 from tritondtr.engine.residency import EVICTED, FREE, RESIDENT
 
 

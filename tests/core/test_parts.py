@@ -17,6 +17,7 @@ CORE = Path(__file__).resolve().parents[2] / "tritondtr" / "core"
 # Classes with state, by file: NOTE [ Core parts ] rule 1.
 PARTS = {
     "core.py": "Core",
+    "graph.py": "StorageGraph",
     "account.py": "ByteAccount",
     "backward.py": "BackwardPins",
     "unheld.py": "UnheldScorer",
@@ -25,7 +26,12 @@ PARTS = {
 # What each part is lent (rule 3): the core's lists and counters, bound in ``__init__``,
 # read, never written.
 LENT = {
-    "Core": {"anchored"},
+    "Core": {
+        "anchored",
+        *("size", "cost", "born", "inputs", "name", "writes", "nread", "links"),
+        *("absorbed", "free_ids", "readers"),
+    },
+    "StorageGraph": {"state"},
     "ByteAccount": {"stats"},
     "BackwardPins": {"state", "pinned", "backward", "inputs", "stats"},
     "UnheldScorer": {"state", "held", "inputs", "cost", "size", "eslot", "sid_of"},

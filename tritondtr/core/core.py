@@ -2,12 +2,12 @@
 
 The runtime drives a :class:`Core` with real tensors (its executor runs the recomputations the
 core asks for and frees the buffers it evicts); the simulator drives the same class from a
-trace (its executor only counts). The core owns the storage graph, residency, locks, the
-clock and the per-op protocol (NOTE [ Op protocol ]); its parts own the byte account
-(:mod:`.account`), the backward pins (:mod:`.backward`), the unheld scorer (:mod:`.unheld`)
-and the anchors (:mod:`.anchors`); its own methods in :mod:`.evict` and :mod:`.remat` choose
-victims through the :class:`~tritondtr.engine.Engine` and plan rematerializations (NOTE [ Core
-parts ]).
+trace (its executor only counts). The core owns residency, locks, the clock and the per-op
+protocol (NOTE [ Op protocol ]); its parts own the storage graph (:mod:`.graph`), the byte
+account (:mod:`.account`), the backward pins (:mod:`.backward`), the unheld scorer
+(:mod:`.unheld`) and the anchors (:mod:`.anchors`); its own methods in :mod:`.evict` and
+:mod:`.remat` choose victims through the :class:`~tritondtr.engine.Engine` and plan
+rematerializations (NOTE [ Core parts ]).
 
 Storages are *core ids* (``sid``): dense ints handed out by :meth:`Core.new`, reused after
 :meth:`Core.forget` (a stack: the last forgotten is reused first). The engine has its own
@@ -16,10 +16,13 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 # NOTE [ Core parts ]
 # 1. The core is composed of parts that own their state; each field has one writer, the
 #    class that declares it:
-#    - ``Core`` (this file): the storage graph (the lists indexed by core id: size, cost,
-#      clocks, parents, name, state, held, pinned, backward, engine slot, writes, readers;
-#      fused versions, free ids), the clock ``now``, the op's locks (NOTE [ Op protocol ]),
-#      the engine, and the protocol itself;
+#    - ``Core`` (this file): the residency of each storage (the lists indexed by core id:
+#      state, last use while lazy, held, pinned, backward, engine slot; the engine's slot
+#      map and the live storages while lazy), the clock ``now``, the op's locks (NOTE [ Op
+#      protocol ]), the engine, and the protocol itself;
+#    - ``StorageGraph`` (graph.py): what each storage is and what it was computed from
+#      (size, cost, creation clock, parents, op name, the version it writes, its reader
+#      count, the readers map), the fused versions' records and the free ids;
 #    - ``ByteAccount`` (account.py): the budget, resident, outside and op bytes, the peaks;
 #    - ``BackwardPins`` (backward.py): NOTE [ Backward storages ];
 #    - ``UnheldScorer`` (unheld.py): NOTE [ Unheld storages ];
@@ -32,7 +35,10 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    lifetime ] in runtime/session.py forbids (a part that needs the core's operations
 #    takes the core as an argument: ``Anchors.anchor(core, sid)``).
 # 3. A part reads the core's lists through references given when it is made (lists the
-#    core appends to and never replaces) and never writes them.
+#    core appends to and never replaces) and never writes them; the core reads the graph's
+#    lists the same way (``self.size`` is ``graph.size``), so the hot paths index a list
+#    as before, and writes them only through the graph's methods (``add``, ``fuse``,
+#    ``link``, ``end_op``, ``set_cost``, ``read``, ``cut``, ``remove``).
 # 4. tests/core/test_parts.py reads the source and checks rules 1 to 3, writes through
 #    local names included.
 
@@ -223,9 +229,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    replays branched out at every level (a tree of recipes, not a chain; 8 ms per
 #    rematerialization of a three-tensor rotation on the 2-core AMD EPYC guest, found by the
 #    differential fuzzer).
-# 4. At most ``_MAX_LINKS`` (16) ops per fused recipe: beyond, the new version keeps ``p`` as
-#    an ordinary evicted parent (an in-place accumulation loop would otherwise make a
-#    recipe as long as the loop, replayed by recursion).
+# 4. At most ``MAX_LINKS`` (16, graph.py) ops per fused recipe: beyond, the new version
+#    keeps ``p`` as an ordinary evicted parent (an in-place accumulation loop would
+#    otherwise make a recipe as long as the loop, replayed by recursion).
 # 5. The decision depends only on the events (which storages read which), not on the
 #    budget, so every core fuses the same versions: the runtime and the twin at any budget,
 #    stress and unlimited runs. ``p``'s id is reused only after the op ends (:meth:`end`),
@@ -244,7 +250,7 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 
@@ -255,22 +261,12 @@ from .anchors import Anchors
 from .backward import BackwardPins
 from .errors import BudgetError, ThrashError
 from .evict import Evictor
+from .graph import StorageGraph
 from .remat import Rematerializer
 from .stats import CoreStats
 from .unheld import UnheldScorer
 
 __all__ = ["Core", "Executor"]
-
-_MAX_LINKS = 16  # NOTE [ Fused versions ] rule 4: ops per fused recipe, at most
-
-
-class Absorbed(NamedTuple):
-    """A version another version of its storage absorbed (NOTE [ Fused versions ] rules 5, 6),
-    kept until the op ends for the op's later outputs, which stand for it by these."""
-
-    parents: tuple[int, ...]  # its parents (sids)
-    cost: float  # its op's cost (ns)
-    links: int  # the recipes its replay nests
 
 
 class Executor(Protocol):
@@ -335,25 +331,20 @@ class Core(Evictor, Rematerializer):
         self.lazy = not stress  # NOTE [ Lazy engine ]
         self.closed = False
         self.now = 0  # the clock: +1 per op and per recomputation
-        # Per core id: lists indexed by sid.
-        self.size: list[int] = []
-        self.cost: list[float] = []
-        self.born: list[int] = []  # clock at creation (orders recomputations)
-        self.seen: list[int] = []  # clock of the last use, while lazy (then the engine's)
-        self.inputs: list[tuple[int, ...]] = []  # the tracked storages its op reads
-        self.name: list[str] = []  # its op, for errors
+        # Per core id: the residency lists, indexed by sid, here; the storage graph's in
+        # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
         self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (engine/residency.py)
+        self.seen: list[int] = []  # clock of the last use, while lazy (then the engine's)
         self.held = bytearray()  # a wrapper of the program holds it
         self.pinned = bytearray()  # never evicted while resident (never_evict)
         self.backward = bytearray()  # created during a backward pass
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
-        self.writes: list[int] = []  # the storage it is an in-place version of, or -1
-        self.nread: list[int] = []  # storages whose op reads it (NOTE [ Fused versions ])
-        self.links: dict[int, int] = {}  # sid -> recipes its replay nests (ibid. rules 4, 6)
-        self.absorbed: dict[int, Absorbed] = {}  # absorbed id -> what it was, until the op ends
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
-        self.free_ids: list[int] = []
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
+        g = self.graph = StorageGraph(self.state, budget is not None and not stress)
+        self.size, self.cost, self.born, self.inputs = g.size, g.cost, g.born, g.inputs
+        self.name, self.writes, self.nread, self.links = g.name, g.writes, g.nread, g.links
+        self.absorbed, self.free_ids, self.readers = g.absorbed, g.free_ids, g.readers
         # The op in flight's inputs (NOTE [ Op protocol ]): those recomputed for it, locked;
         # those resident and not yet locked, and those locked since (NOTE [ Deferred locks ])
         self.recomputed: list[int] = []
@@ -368,10 +359,6 @@ class Core(Evictor, Rematerializer):
         self.anchors = Anchors()  # NOTE [ Anchored storages ] in anchors.py
         self.anchored = self.anchors.anchored  # read here; the anchors write it
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
-        # sid -> the storages whose recipes read it (NOTE [ Readers before release ])
-        self.readers: dict[int, dict[int, None]] | None = (
-            {} if budget is not None and not stress else None
-        )
 
     # ---------------------------------------------------------------- storages
     def start(self, device: torch.device) -> None:
@@ -410,35 +397,22 @@ class Core(Evictor, Rematerializer):
         place, or -1; ``alone``: the op writes no other tracked storage (NOTE [ Fused
         versions ] rule 3)."""
         counted, p, links = inputs, -1, 0
+        graph = self.graph
         if writes >= 0 or self.absorbed:  # NOTE [ Fused versions ]: in-place ops only
-            inputs, counted, cost, writes, p, links = self._fuse(inputs, cost, writes, alone)
-        nread = self.nread
-        for i in counted:
-            nread[i] += 1
-        free = self.free_ids
-        if free:
-            sid = free.pop()
-            self.size[sid], self.cost[sid], self.born[sid] = size, cost, self.now
-            self.seen[sid], self.inputs[sid], self.name[sid] = self.now, inputs, name
+            inputs, counted, cost, writes, p, links = graph.fuse(inputs, cost, writes, alone)
+        sid = graph.add(size, cost, self.now, inputs, counted, name, writes)
+        if sid < len(self.state):  # a freed id
+            self.seen[sid] = self.now
             self.state[sid], self.held[sid] = RESIDENT, 1
             self.pinned[sid], self.backward[sid] = pinned, backward
-            self.writes[sid], nread[sid] = writes, 0
         else:
-            sid = len(self.size)
-            self.size.append(size)
-            self.cost.append(cost)
-            self.born.append(self.now)
             self.seen.append(self.now)
-            self.inputs.append(inputs)
-            self.name.append(name)
             self.state.append(RESIDENT)
             self.held.append(1)
             self.pinned.append(pinned)
             self.backward.append(backward)
             self.pins.grow()
             self.eslot.append(-1)
-            self.writes.append(writes)
-            nread.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
         elif backward and not pinned and self.pins.keeps_out(self.readers is not None):
@@ -447,9 +421,8 @@ class Core(Evictor, Rematerializer):
             self._enter(sid, pinned, backward)
         self.bytes.grow(size)
         if links:  # NOTE [ Fused versions ] rules 4 and 6: the recipes its replay nests
-            self.links[sid] = links
+            graph.link(sid, links, p)
             if p >= 0:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
-                self.absorbed[p] = Absorbed(self.inputs[p], self.cost[p], self.links.get(p, 1))
                 self.forget(p, absorbed=True)
         return sid
 
@@ -458,45 +431,18 @@ class Core(Evictor, Rematerializer):
         was created with (NOTE [ Cost models ] rule 10 in runtime/cost.py). The engine and
         its bounded choice learn it as any cost change (NOTE [ Bounded choice ] rule 2), and
         the kept ancestor sums that count it are dropped (NOTE [ Unheld storages ] rule 6)."""
-        self.cost[sid] = cost
+        self.graph.set_cost(sid, cost)
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.set_cost(slot, cost)
         if sid in self.scorer.inside:
             self.scorer.forget_ancestors(sid, False)
 
-    def _fuse(self, inputs: tuple, cost: float, writes: int, alone: bool) -> tuple:
-        """NOTE [ Fused versions ] for :meth:`new`: (parents, the parents whose reader count
-        grows, cost, writes, the version absorbed or -1, the recipes the replay nests or 0)."""
-        ab, deep = self.absorbed, 0
-        if ab and any(i in ab for i in inputs):  # rule 6
-            cost += sum(ab[i].cost for i in set(inputs) if i in ab)
-            deep = max(ab[i].links for i in inputs if i in ab)
-            inputs = tuple(x for i in inputs for x in (ab[i].parents if i in ab else (i,)))
-        p = writes
-        if p >= 0 and alone and not self.nread[p] and p in inputs:  # rules 1 and 3
-            links = max(self.links.get(p, 1), deep) + 1
-            if links <= _MAX_LINKS and self.state[p] == EVICTED:  # rule 4
-                counted = tuple([i for i in inputs if i != p])  # p's reads pass to the new one
-                inputs = self.inputs[p] + counted
-                return inputs, counted, cost + self.cost[p], self.writes[p], p, links
-        return inputs, inputs, cost, writes, -1, deep + 1 if deep else 0
-
-    def _read(self, sid: int) -> None:
-        """NOTE [ Readers before release ] rule 3: ``sid`` reads its inputs."""
-        readers = self.readers
-        for i in self.inputs[sid]:
-            r = readers.get(i)
-            if r is None:
-                readers[i] = {sid: None}
-            else:
-                r[sid] = None
-
     def _keep_out(self, sid: int) -> None:
         """NOTE [ Backward storages ] rule 5 in backward.py: ``sid``, a backward storage
         pinned by rule 1, stays out of the engine."""
         if self.readers is not None:
-            self._read(sid)
+            self.graph.read(sid)
         self.pins.keep_out(sid, self.state[sid] == RESIDENT)
 
     def admit(self, sid: int) -> None:
@@ -529,7 +475,7 @@ class Core(Evictor, Rematerializer):
 
     def _enter(self, sid: int, pinned: bool, backward: bool) -> None:
         if self.readers is not None:  # NOTE [ Readers before release ] rule 3
-            self._read(sid)
+            self.graph.read(sid)
         eslot = self.eslot
         parents = [eslot[i] for i in self.inputs[sid] if eslot[i] >= 0]
         slot = self.engine.new(
@@ -728,8 +674,7 @@ class Core(Evictor, Rematerializer):
         """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4; the ids of the
         versions it fused are free again (NOTE [ Fused versions ] rule 5)."""
         if self.absorbed:
-            self.free_ids.extend(self.absorbed)
-            self.absorbed.clear()
+            self.graph.end_op()
         if self.stress:
             self.evict_all()
 
@@ -833,37 +778,18 @@ class Core(Evictor, Rematerializer):
             self.sid_of[slot] = self.eslot[sid] = -1
         else:  # NOTE [ Backward storages ] rule 5 in backward.py
             self.pins.externalize(sid)
-        if self.readers:
-            self._unread(sid)
-        nread = self.nread
-        for i in self.inputs[sid]:
-            nread[i] -= 1
-        if self.links:
-            self.links.pop(sid, None)
-        self.state[sid], self.inputs[sid], self.pinned[sid] = EXTERNAL, (), 0
+        self.graph.cut(sid)
+        self.state[sid], self.pinned[sid] = EXTERNAL, 0
         if self.anchored:  # NOTE [ Anchored storages ] rule 2
             self.anchors.end(sid)
         self.executor.keep(sid)
-
-    def _unread(self, sid: int) -> None:
-        """NOTE [ Readers before release ] rule 3: ``sid`` reads nothing from now on."""
-        readers = self.readers
-        readers.pop(sid, None)
-        for i in self.inputs[sid]:
-            r = readers.get(i)
-            if r is not None:
-                r.pop(sid, None)
 
     def forget(self, sid: int, absorbed: bool = False) -> None:
         """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core.
         ``absorbed``: a version another one absorbed (NOTE [ Fused versions ]): evicted, its
         reads passed to that one, its id free once the op ends."""
-        if not absorbed:
-            if self.state[sid] == RESIDENT:
-                self.bytes.shrink(self.size[sid])
-            nread = self.nread
-            for i in self.inputs[sid]:
-                nread[i] -= 1
+        if not absorbed and self.state[sid] == RESIDENT:
+            self.bytes.shrink(self.size[sid])
         kept_out = False
         if self.lazy:
             self.lazy_live.pop(sid, None)
@@ -873,9 +799,8 @@ class Core(Evictor, Rematerializer):
             self.sid_of[slot] = self.eslot[sid] = -1
         else:  # NOTE [ Backward storages ] rule 5 in backward.py
             kept_out = True
-        if self.readers:
-            self._unread(sid)
-        self.state[sid], self.inputs[sid] = FREE, ()
+        self.graph.remove(sid, absorbed)  # its id free at once unless absorbed
+        self.state[sid] = FREE
         pins, scorer = self.pins, self.scorer  # the calls only when they have work: per op
         if kept_out or pins.in_bw[sid]:
             pins.forget(sid, kept_out)
@@ -883,10 +808,6 @@ class Core(Evictor, Rematerializer):
             self.anchors.end(sid)
         if scorer.unheld or scorer.sums or scorer.inside or scorer.border:
             scorer.forget(sid)  # NOTE [ Unheld storages ] rules 4 and 6
-        if self.links:
-            self.links.pop(sid, None)
-        if not absorbed:
-            self.free_ids.append(sid)
 
     # ------------------------------------------------- anchors, outside bytes
     def anchor(self, sid: int) -> None:
