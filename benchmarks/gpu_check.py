@@ -155,6 +155,19 @@ def write_summary(ctx: Ctx, results: list[dict], meta: dict) -> None:
         w.writerows(ctx.rows)
 
 
+def _git_sha() -> str:
+    """The checkout's commit, or why there is none (a GPU machine gets the tree, no .git)."""
+    import subprocess
+
+    try:
+        run = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown (pass --sha)"
+    return run.stdout.strip() if run.returncode == 0 else "unknown (pass --sha)"
+
+
 def main(argv: list[str] | None = None) -> int:
     from gpu_check_stages import STAGES
 
@@ -163,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="every stage on the CPU, toy sizes")
     ap.add_argument("--only", help="comma-separated stage names (default: all)")
     ap.add_argument("--budget-s", type=float, default=450.0, help="whole run, seconds")
-    ap.add_argument("--sha", default="", help="the git commit (recorded in the summary)")
+    ap.add_argument(
+        "--sha", default="", help="the git commit for the summary (default: git's, if any)"
+    )
     args = ap.parse_args(argv)
     names = [name for name, _, _ in STAGES]
     only = names if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
@@ -176,6 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tiny and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; use --tiny for the CPU check", file=sys.stderr)
         return 2
+    if not args.tiny:
+        from tritondtr import policy
+
+        if not policy.triton_available():  # a checkout on a GPU machine, not installed
+            print(
+                "gpu_check: tritondtr.kernels cannot be imported: install the package "
+                "(pip install -e .) or link it (ln -sfn ../kernels tritondtr/kernels)",
+                file=sys.stderr,
+            )
+            return 2
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "log.txt").write_text("")
     device = "cpu" if args.tiny else "cuda:0"
@@ -184,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         device=torch.cuda.get_device_name(0) if ctx.cuda else "cpu (--tiny)",
         torch=torch.__version__,
         cuda=str(torch.version.cuda),
-        git_sha=args.sha,
+        git_sha=args.sha or _git_sha(),
         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         budget_s=args.budget_s,
     )
