@@ -8,13 +8,17 @@ from __future__ import annotations
 class Counting:
     """``recomputed``: sids recomputed, in order; ``consumed``: the storages those
     recomputations took the buffer of (NOTE [ Consumed versions ]); ``freed``: sids whose
-    buffer was dropped; ``kept``: sids made external."""
+    buffer was dropped; ``kept``: sids made external; ``offloaded``, ``fetched``,
+    ``discarded``: NOTE [ Offload ]."""
 
     def __init__(self) -> None:
         self.recomputed: list[int] = []
         self.consumed: list[int] = []
         self.freed: list[int] = []
         self.kept: list[int] = []
+        self.offloaded: list[int] = []
+        self.fetched: list[int] = []
+        self.discarded: list[int] = []
 
     def recompute(self, sid: int, consume: int = -1) -> None:
         self.recomputed.append(sid)
@@ -26,3 +30,12 @@ class Counting:
 
     def keep(self, sid: int) -> None:
         self.kept.append(sid)
+
+    def offload(self, sid: int) -> None:
+        self.offloaded.append(sid)
+
+    def fetch(self, sid: int) -> None:
+        self.fetched.append(sid)
+
+    def discard(self, sid: int) -> None:
+        self.discarded.append(sid)

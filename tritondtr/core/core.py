@@ -246,6 +246,27 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    chain's.
 # 7. Measured on the twin and the runtime: docs/history/benchmarks-log.md and
 #    docs/history/simulator-log.md, Fused versions.
+
+# NOTE [ Offload ]
+# 1. With a link (``Core(link=...)``; NOTE [ Offload link ] in link.py), each victim the
+#    heuristic chooses is either dropped (recomputed when needed) or offloaded (copied to the
+#    host, copied back when needed), whichever is priced lower: the recomputation's cost with
+#    its evicted neighbourhood (the engine's cost and nbhd cost of the victim) against
+#    ``offload_price`` (the wait until its copy out would be done, plus the copy back). Which
+#    victim is unchanged: the heuristic chooses, the action follows.
+# 2. An offloaded storage is evicted for everything else (state ``EVICTED``, not counted,
+#    scored and locked as any evicted storage), flagged ``offloaded``; while it is, the
+#    engine's cost of its slot is its copy back, so its neighbours' evicted neighbourhoods
+#    price getting it back as a copy, not a recomputation. Its own cost (``cost``) stays.
+# 3. Time: the op that needed the room waits for the copy out (``elapsed`` moves to when it
+#    is done; ``stats.link_wait_ns``), so the bytes are free when the op runs, as a drop's
+#    are; a fetch waits for its copy back likewise. Copies queue per direction on the link.
+# 4. ``materialize`` fetches an offloaded storage where it would recompute it, and its
+#    inputs need not be resident: a fetch is a leaf of the rematerialization plan. A fetch
+#    makes room first, ticks the clock and is not a rematerialization (``stats.fetches``).
+# 5. An offloaded storage forgotten drops its host copy (``Executor.discard``).
+# 6. Decisions depend only on sizes, costs and the link, so the twin replays them as the
+#    runtime's core makes them. Not in the runtime yet: the runtime passes no link.
 """
 
 from __future__ import annotations
@@ -262,6 +283,7 @@ from .backward import BackwardPins
 from .errors import BudgetError, ThrashError
 from .evict import Evictor
 from .graph import StorageGraph
+from .link import Link, offload_price
 from .remat import Rematerializer
 from .stats import CoreStats
 from .unheld import UnheldScorer
@@ -286,6 +308,16 @@ class Executor(Protocol):
         """``sid`` became external for good (:meth:`Core.externalize`): keep its buffer,
         forget how to recompute it."""
 
+    def offload(self, sid: int) -> None:
+        """Copy the buffer of resident ``sid`` to the host, then drop it from the device
+        (NOTE [ Offload ]; only with a link)."""
+
+    def fetch(self, sid: int) -> None:
+        """Copy offloaded ``sid`` back to the device (room is made) and drop the host copy."""
+
+    def discard(self, sid: int) -> None:
+        """Offloaded ``sid`` left the core: drop its host copy."""
+
 
 class Core(Evictor, Rematerializer):
     """The decisions of one DTR run; see the NOTEs of this module and of :mod:`.remat`.
@@ -301,6 +333,8 @@ class Core(Evictor, Rematerializer):
         reuse: the engine's NOTE [ Stale batched choice ] (0: exact victims).
         table_device: where the engine's table lives (NOTE [ Decisions on the host ]); None:
             beside the storages.
+        link: the host link a victim may be offloaded over (NOTE [ Offload ]); None: every
+            victim is dropped.
     """
 
     def __init__(
@@ -315,6 +349,7 @@ class Core(Evictor, Rematerializer):
         stats: CoreStats | None = None,
         reuse: int = 0,
         table_device: torch.device | str | None = None,
+        link: Link | None = None,
     ) -> None:
         self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
@@ -331,6 +366,8 @@ class Core(Evictor, Rematerializer):
         self.lazy = not stress  # NOTE [ Lazy engine ]
         self.closed = False
         self.now = 0  # the clock: +1 per op and per recomputation
+        self.elapsed = 0.0  # device time, ns: the costs of what ran (NOTE [ Offload link ])
+        self.link = link  # NOTE [ Offload ]
         # Per core id: the residency lists, indexed by sid, here; the storage graph's in
         # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
         self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (engine/residency.py)
@@ -339,6 +376,7 @@ class Core(Evictor, Rematerializer):
         self.pinned = bytearray()  # never evicted while resident (never_evict)
         self.backward = bytearray()  # created during a backward pass
         self.eslot: list[int] = []  # engine slot, -1 while lazy or external
+        self.offloaded = bytearray()  # evicted with its value on the host (NOTE [ Offload ])
         self.sid_of: list[int] = []  # engine slot -> sid, -1 if none
         self.lazy_live: dict[int, None] = {}  # live sids in creation order, while lazy
         g = self.graph = StorageGraph(self.state, budget is not None and not stress)
@@ -405,6 +443,7 @@ class Core(Evictor, Rematerializer):
             self.seen[sid] = self.now
             self.state[sid], self.held[sid] = RESIDENT, 1
             self.pinned[sid], self.backward[sid] = pinned, backward
+            self.offloaded[sid] = 0
         else:
             self.seen.append(self.now)
             self.state.append(RESIDENT)
@@ -413,6 +452,7 @@ class Core(Evictor, Rematerializer):
             self.backward.append(backward)
             self.pins.grow()
             self.eslot.append(-1)
+            self.offloaded.append(0)
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
         elif backward and not pinned and self.pins.keeps_out(self.readers is not None):
@@ -433,7 +473,7 @@ class Core(Evictor, Rematerializer):
         the kept ancestor sums that count it are dropped (NOTE [ Unheld storages ] rule 6)."""
         self.graph.set_cost(sid, cost)
         slot = self.eslot[sid]
-        if slot >= 0:
+        if slot >= 0 and not self.offloaded[sid]:  # NOTE [ Offload ] rule 2
             self.engine.set_cost(slot, cost)
         if sid in self.scorer.inside:
             self.scorer.forget_ancestors(sid, False)
@@ -670,9 +710,11 @@ class Core(Evictor, Rematerializer):
                 raise
         self.bytes.new_op()
 
-    def end(self) -> None:
+    def end(self, cost: float = 0.0) -> None:
         """The op's outputs are tracked: NOTE [ Budget accounting ] rule 4; the ids of the
-        versions it fused are free again (NOTE [ Fused versions ] rule 5)."""
+        versions it fused are free again (NOTE [ Fused versions ] rule 5). ``cost``: the op's
+        (ns), the device time it took (NOTE [ Offload link ] rule 2)."""
+        self.elapsed += cost
         if self.absorbed:
             self.graph.end_op()
         if self.stress:
@@ -764,6 +806,42 @@ class Core(Evictor, Rematerializer):
         if free:
             self.executor.free(sid)
 
+    def offload_pays(self, sid: int) -> bool:
+        """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?"""
+        slot, eng = self.eslot[sid], self.engine
+        eng.flush()
+        recompute = self.cost[sid] + float(eng.table.host_nbhd_cost[slot])
+        return offload_price(self.size[sid], self.link, self.elapsed) < recompute
+
+    def offload(self, sid: int) -> None:
+        """Evict resident, unlocked ``sid`` by copying it to the host (NOTE [ Offload ])."""
+        size, link = self.size[sid], self.link
+        done = link.copy_out(size, self.elapsed)
+        self.stats.link_wait_ns += done - self.elapsed
+        self.elapsed = done  # rule 3: the op waits for the room
+        self.executor.offload(sid)
+        self.drop(sid, free=False)  # the executor frees the buffer once copied
+        self.offloaded[sid] = 1
+        self.engine.set_cost(self.eslot[sid], link.duration(size))  # rule 2
+        self.stats.offloads += 1
+        self.stats.offloaded_bytes += size
+
+    def fetch(self, sid: int) -> None:
+        """Copy offloaded ``sid`` back (room already made: :meth:`recompute`), rule 4."""
+        size = self.size[sid]
+        done = self.link.copy_in(size, self.elapsed)
+        self.stats.link_wait_ns += done - self.elapsed
+        self.elapsed = done
+        self.executor.fetch(sid)
+        self.offloaded[sid] = 0
+        self.engine.set_cost(self.eslot[sid], self.cost[sid])
+        self.stats.fetches += 1
+        self.stats.fetched_bytes += size
+
+    def ran(self, cost: float) -> None:
+        """A recomputation of ``cost`` ns ran (NOTE [ Offload link ] rule 2)."""
+        self.elapsed += cost
+
     def externalize(self, sid: int) -> None:
         """Turn resident, unlocked ``sid`` into an external storage for good: it keeps its
         buffer and value, leaves the engine and the byte count (NOTE [ Parameter writes ])."""
@@ -801,6 +879,9 @@ class Core(Evictor, Rematerializer):
             kept_out = True
         self.graph.remove(sid, absorbed)  # its id free at once unless absorbed
         self.state[sid] = FREE
+        if self.offloaded[sid]:  # NOTE [ Offload ] rule 5
+            self.offloaded[sid] = 0
+            self.executor.discard(sid)
         pins, scorer = self.pins, self.scorer  # the calls only when they have work: per op
         if kept_out or pins.in_bw[sid]:
             pins.forget(sid, kept_out)
@@ -875,6 +956,7 @@ class Core(Evictor, Rematerializer):
                 assert slot < 0 and self.backward[sid], f"storage {sid}: kept out, slot {slot}"
                 assert st != RESIDENT or pins.in_bw[sid], f"storage {sid}: kept out, unlisted"
                 continue
+            assert not self.offloaded[sid] or st == EVICTED, f"storage {sid}: offloaded, {st}"
             assert slot >= 0 and self.sid_of[slot] == sid, f"storage {sid}: engine slot map"
             assert self.engine.is_resident(slot) == (st == RESIDENT), (
                 f"storage {sid}: residency vs engine"

@@ -68,11 +68,14 @@ class Evictor:
             if not self._unpin_backward():
                 return False
             return self.evict_one(first)
-        if prof:
+        sid = self.sid_of[v]
+        if self.link is not None and self.offload_pays(sid):  # NOTE [ Offload ] in core.py
+            self.offload(sid)
+        elif prof:
             with torch.profiler.record_function("tritondtr::evict"):
-                self.drop(self.sid_of[v])
+                self.drop(sid)
         else:
-            self.drop(self.sid_of[v])
+            self.drop(sid)
         self.stats.evictions += 1
         return True
 

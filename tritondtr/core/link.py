@@ -1,9 +1,8 @@
 """The host link an offload copies over: its bandwidth, the copies in flight on it, and the
 price of offloading a storage against recomputing it, in the core's time (ns).
 
-The first part of offload as a second action (drop and recompute, or copy to host and back):
-the model the DTR core will decide with, the same in the runtime and the twin. Not wired into
-eviction yet; NOTE [ Offload link ] says what it models and what comes next.
+Offload as a second action (drop and recompute, or copy to host and back): the model the DTR
+core decides with (NOTE [ Offload ] in core.py), the same in the runtime and the twin.
 
 # NOTE [ Offload link ]
 # 1. A link has one bandwidth per direction (bytes per second; PCIe and NVLink-C2C are full

@@ -135,9 +135,9 @@ class Rematerializer:
         stack = [Frame(target, None)]
         pushed, relaxed = {target}, 0  # storages given a frame; rule 5's releases
         stress, once, kept = self.stress, set(), []  # rule 7: recomputed once, locked to stay
-        state, inputs, born = self.state, self.inputs, self.born
+        state, inputs, born, offloaded = self.state, self.inputs, self.born, self.offloaded
         stats = self.stats
-        remats0 = stats.rematerializations
+        remats0 = stats.rematerializations + stats.fetches
         try:
             while stack:
                 frame = stack[-1]
@@ -145,24 +145,25 @@ class Rematerializer:
                 if state[sid] != RESIDENT:
                     if frame.locks is None:
                         frame.locks = []
-                    missing = [Frame(i, frame) for i in inputs[sid] if state[i] == EVICTED]
-                    if missing:
-                        pushed.update(m.sid for m in missing)
-                        if len(missing) > 1:  # rule 4: the oldest on top, computed first
-                            missing.sort(key=lambda m: born[m.sid], reverse=True)
-                        stack.extend(missing)
-                        continue
                     locks = frame.locks
-                    if self.over_budget():  # rule 8: only room-making can evict an input
-                        for i in inputs[sid]:
-                            if state[i] != EXTERNAL:
-                                self.lock(i)
-                                locks.append(i)
+                    if not offloaded[sid]:  # NOTE [ Offload ] rule 4: a fetch needs no input
+                        missing = [Frame(i, frame) for i in inputs[sid] if state[i] == EVICTED]
+                        if missing:
+                            pushed.update(m.sid for m in missing)
+                            if len(missing) > 1:  # rule 4: the oldest on top, computed first
+                                missing.sort(key=lambda m: born[m.sid], reverse=True)
+                            stack.extend(missing)
+                            continue
+                        if self.over_budget():  # rule 8: only room-making can evict an input
+                            for i in inputs[sid]:
+                                if state[i] != EXTERNAL:
+                                    self.lock(i)
+                                    locks.append(i)
                     try:
                         self.recompute(
                             sid,
                             use if sid == target else bool(self.held[sid]),
-                            self._consumable(sid, locks),
+                            -1 if offloaded[sid] else self._consumable(sid, locks),
                         )
                     except BudgetError:
                         if relaxed >= 2 * len(pushed) or not self._relax(stack):
@@ -184,7 +185,7 @@ class Rematerializer:
                             kept.append(sid)
                         else:
                             once.add(sid)
-                    done = stats.rematerializations - remats0
+                    done = stats.rematerializations + stats.fetches - remats0
                     if done > _THRASH * len(pushed) and done > _THRASH_MIN:  # rule 6
                         stats.budget_errors += 1
                         raise ThrashError(self.name[target], self.bytes.budget, done, len(pushed))
@@ -254,10 +255,13 @@ class Rematerializer:
             self.admit(sid)
         if consume >= 0:
             self.drop(consume, free=False)
+        fetch = self.offloaded[sid]  # NOTE [ Offload ] rule 4 in core.py
         try:
             self.make_room(self.name[sid])
             self.bytes.new_op()
-            if consume >= 0:
+            if fetch:
+                self.fetch(sid)
+            elif consume >= 0:
                 self.executor.recompute(sid, consume)
             else:
                 self.executor.recompute(sid)
@@ -265,13 +269,16 @@ class Rematerializer:
             if consume >= 0:  # evicted in the core: its buffer goes too
                 self.executor.free(consume)
             raise
+        if not fetch:
+            self.ran(self.cost[sid])
         self.recomputed_resident(sid)
         scorer = self.scorer
         if scorer.inside:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             scorer.forget_ancestors(sid, False)
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)
-        self.stats.rematerializations += 1
+        if not fetch:
+            self.stats.rematerializations += 1
         if not self.held[sid]:  # NOTE [ Unheld storages ] rule 4 in unheld.py
             scorer.recomputed(sid)
         if self.pinned[sid]:

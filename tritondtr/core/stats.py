@@ -32,6 +32,11 @@ class CoreStats:
             reading its victims back: NOTE [ Decisions on the host ]); 0 on a host table.
         backend: where decisions were made, ``"<backend> on <table device>"`` (``"torch on
             cpu"``: the host path), once the engine exists; ``""`` before.
+        offloads: victims copied to the host instead of dropped (NOTE [ Offload ] in
+            core/core.py; 0 without a link); ``offloaded_bytes`` their bytes.
+        fetches: offloaded storages copied back; ``fetched_bytes`` their bytes.
+        link_wait_ns: device time the ops waited for copies (out, to free room; back, to
+            read), ns of the core's device time (NOTE [ Offload link ] rule 2).
     """
 
     evictions: int = 0
@@ -46,3 +51,8 @@ class CoreStats:
     max_op_out_bytes: int = 0
     device_syncs: int = 0
     backend: str = ""
+    offloads: int = 0
+    offloaded_bytes: int = 0
+    fetches: int = 0
+    fetched_bytes: int = 0
+    link_wait_ns: float = 0.0

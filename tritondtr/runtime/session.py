@@ -638,7 +638,7 @@ class Session:
         st = self.stats
         st.ops += 1
         st.op_counts[info.name] += 1
-        core.end()
+        core.end(cost)
         if self.timer is not None:  # NOTE [ Cost models ] rule 10: apply what completed
             self.timer.done()
         return out

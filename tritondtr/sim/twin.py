@@ -48,6 +48,7 @@ from collections.abc import Callable
 import torch
 
 from ..core import BudgetError, Core, ThrashError
+from ..core.link import Link
 from ..engine.residency import EXTERNAL, FREE, RESIDENT
 from ..traceformat.trace import EventKind, InputFlag, TensorFlag, Trace
 from .replay import RunStats
@@ -89,6 +90,15 @@ class _Counter:
     def keep(self, sid: int) -> None:
         pass
 
+    def offload(self, sid: int) -> None:  # NOTE [ Offload ] in core/core.py: the core
+        pass  # counts the bytes and the link's time
+
+    def fetch(self, sid: int) -> None:
+        pass
+
+    def discard(self, sid: int) -> None:
+        pass
+
 
 def replay_runtime(
     trace: Trace,
@@ -102,11 +112,13 @@ def replay_runtime(
     remat_limit: float | None = None,
     on_event: Callable[[int], None] | None = None,
     reuse: int = 0,
+    link: Link | None = None,
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
-    run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]. Returns
-    the run's counters and the core (its ``stats``, its engine's scorings)."""
+    run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]; ``link``:
+    offload over it too (NOTE [ Offload ] in core/core.py). Returns the run's counters and
+    the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
         budget,
@@ -116,6 +128,7 @@ def replay_runtime(
         stress=stress,
         pin_backward=pin_backward,
         reuse=reuse,
+        link=link,
     )
     counter.core = core
     run = _Twin(trace, core, torch.device(device or "cpu"))
@@ -137,7 +150,7 @@ def replay_runtime(
     st = core.stats
     stats = RunStats(
         status=status,
-        clock=run.compute + counter.remat_compute,
+        clock=run.compute + counter.remat_compute + st.link_wait_ns,
         peak_bytes=st.peak_bytes,
         evictions=st.evictions,
         eager_evictions=st.freed,
@@ -265,7 +278,7 @@ class _Twin:
                 sid_of[base[inputs[lo + w]]] = -1
             base[t] = t
             refs[t] = 1
-        core.end()
+        core.end(cost)
 
     def _used(self, o: int, parents: list[int]) -> list[int]:
         """Op ``o``'s tracked inputs, in input order, for ``Core.enter`` (NOTE [ Op protocol ]
