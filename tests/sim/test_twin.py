@@ -268,3 +268,38 @@ def test_bounded_choice_equals_full_scoring_on_recorded_steps(name, scale, monke
     for ratio in (0.5, 0.3):
         simulate(trace, "dtr_eq", ratio=ratio, semantics="runtime", overhead_limit=10.0)
     assert len(checked) > 20 and checked[-1] > 0  # decisions made, some from the bounds
+
+
+def test_cli_offload_bandwidth_runs_each_action(tmp_path, capsys):
+    """``--offload-bandwidth`` (NOTE [ Offload ] in core/core.py): every point three ways;
+    recompute runs as without it, offload recomputes nothing; bad input is one line."""
+    import csv
+
+    from tritondtr.cli import main
+
+    path = tmp_path / "step.npz"
+    with tritondtr.trace(path, cost="analytic"):
+        _zoo_step("gpt")()()
+    argv = ["simulate", str(path), "--semantics", "runtime", "--ratios", "0.4", "--no-plot"]
+    argv += ["--heuristics", "dtr_eq", "--no-progress", "--out", str(tmp_path)]
+    assert main([*argv, "--offload-bandwidth", "pcie5"]) == 0
+    assert "offloads" in capsys.readouterr().out
+    with open(tmp_path / "results.csv") as f:
+        rows = {r["action"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"recompute", "offload", "both"}
+    plain = simulate(tritondtr.sim.load_trace(path), "dtr_eq", ratio=0.4, semantics="runtime")
+    assert int(rows["recompute"]["remats"]) == plain.remats
+    assert int(rows["offload"]["remats"]) == 0 and int(rows["offload"]["offloads"]) > 0
+    for bad, says in (("fast", "cannot read bandwidth 'fast'"), ("0GB/s", "positive")):
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--offload-bandwidth", bad])
+        assert e.value.code == 2 and says in capsys.readouterr().err
+    paper = ["simulate", str(path), "--offload-bandwidth", "pcie5", "--out", str(tmp_path)]
+    assert main(paper) == 2
+    assert "runtime only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="runtime' only"):
+        simulate(tritondtr.sim.load_trace(path), ratio=0.5, offload_bandwidth="pcie5")
+    with pytest.raises(ValueError, match="cannot read bandwidth"):
+        simulate(
+            tritondtr.sim.load_trace(path), ratio=0.5, semantics="runtime", offload_bandwidth="x"
+        )

@@ -335,6 +335,8 @@ class Core(Evictor, Rematerializer):
             beside the storages.
         link: the host link a victim may be offloaded over (NOTE [ Offload ]); None: every
             victim is dropped.
+        always_offload: with a link, offload every victim, priced or not (the sweeps'
+            "offload only").
     """
 
     def __init__(
@@ -350,6 +352,7 @@ class Core(Evictor, Rematerializer):
         reuse: int = 0,
         table_device: torch.device | str | None = None,
         link: Link | None = None,
+        always_offload: bool = False,
     ) -> None:
         self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
@@ -368,6 +371,7 @@ class Core(Evictor, Rematerializer):
         self.now = 0  # the clock: +1 per op and per recomputation
         self.elapsed = 0.0  # device time, ns: the costs of what ran (NOTE [ Offload link ])
         self.link = link  # NOTE [ Offload ]
+        self.always_offload = always_offload
         # Per core id: the residency lists, indexed by sid, here; the storage graph's in
         # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
         self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (engine/residency.py)
@@ -808,6 +812,8 @@ class Core(Evictor, Rematerializer):
 
     def offload_pays(self, sid: int) -> bool:
         """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?"""
+        if self.always_offload:
+            return True
         slot, eng = self.eslot[sid], self.engine
         eng.flush()
         recompute = self.cost[sid] + float(eng.table.host_nbhd_cost[slot])

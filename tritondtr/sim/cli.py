@@ -22,6 +22,8 @@ examples (tritondtr demo --out out/demo writes out/demo/trace.npz):
   tritondtr simulate out/demo/trace.npz --semantics runtime --ratios 0.5,0.3 --heuristics dtr_eq
   tritondtr simulate out/demo/trace.npz --semantics runtime --budget 8MiB --heuristics dtr_eq,lru
   tritondtr simulate resnet32.log other.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
+  tritondtr simulate out/demo/trace.npz --semantics runtime --heuristics dtr_eq \
+      --offload-bandwidth pcie5
 """
 
 from __future__ import annotations
@@ -75,6 +77,15 @@ def _heuristics(text: str) -> list[str]:
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return names
+
+
+def _bandwidth(text: str) -> float:
+    from ..core.link import parse_bandwidth
+
+    try:
+        return parse_bandwidth(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _overhead_limit(text: str) -> float:
@@ -177,6 +188,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a figure2-reference.json: draw its curves dashed and add "
         "ref_status / ref_overhead columns",
     )
+    parser.add_argument(
+        "--offload-bandwidth",
+        type=_bandwidth,
+        default=None,
+        metavar="BW",
+        help="runtime semantics: victims may also be copied to the host over a link of this "
+        "bandwidth ('25GB/s', or pcie4, pcie5, nvlink-c2c); each run is made three ways: "
+        "recompute (drop only), offload (copy every victim) and both (the cheaper per "
+        "victim, NOTE [ Offload ])",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -201,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--reference {args.reference}: not a figure2-reference.json ({e})")
     if reference is not None and not isinstance(reference, dict):
         return _fail(f"--reference {args.reference}: expected a JSON object of traces")
+    if args.offload_bandwidth is not None and args.semantics != "runtime":
+        return _fail("--offload-bandwidth: offload is modelled in --semantics runtime only")
     if args.bound and args.semantics == "runtime" and importlib.util.find_spec("scipy") is None:
         return _fail("--bound in runtime semantics needs scipy: pip install 'tritondtr[milp]'")
     out = Path(args.out)
@@ -227,9 +250,13 @@ def run(args: argparse.Namespace) -> int:
     runtime = args.semantics == "runtime"
     limit = args.overhead_limit if args.overhead_limit is not None or runtime else 2.0
 
+    bw = args.offload_bandwidth
+    actions = ("recompute", "offload", "both") if bw is not None else ("recompute",)
     sweeps, rows = {}, []
     bar = tqdm(
-        total=len(args.traces) * len(heuristics) * len(points), unit="run", disable=args.no_progress
+        total=len(args.traces) * len(heuristics) * len(points) * len(actions),
+        unit="run",
+        disable=args.no_progress,
     )
     for path, trace, base in loaded:
         name = trace.meta.get("name", Path(path).stem)
@@ -242,25 +269,31 @@ def run(args: argparse.Namespace) -> int:
         )
         results = []
         for h in heuristics:
-            for i, x in enumerate(points):
-                kw = {"budget": x} if budgets else {"ratio": x}
-                bar.set_description(f"{name} {h} {x}")
-                res = simulate(
-                    trace,
-                    h,
-                    overhead_limit=limit,
-                    semantics=args.semantics,
-                    backend=args.backend,
-                    device=args.device,
-                    seed=args.seed,
-                    ties=args.ties,
-                    **kw,
-                )
-                results.append(res)
-                bar.update(1)
-                if not res.ok and not args.no_stop:
-                    bar.update(len(points) - i - 1)
-                    break
+            for action in actions:
+                if action != "recompute":
+                    kw_link = {"offload_bandwidth": bw, "action": action}
+                else:
+                    kw_link = {}
+                for i, x in enumerate(points):
+                    kw = {"budget": x} if budgets else {"ratio": x}
+                    bar.set_description(f"{name} {h} {action} {x}")
+                    res = simulate(
+                        trace,
+                        h,
+                        overhead_limit=limit,
+                        semantics=args.semantics,
+                        backend=args.backend,
+                        device=args.device,
+                        seed=args.seed,
+                        ties=args.ties,
+                        **kw,
+                        **kw_link,
+                    )
+                    results.append(res)
+                    bar.update(1)
+                    if not res.ok and not args.no_stop:
+                        bar.update(len(points) - i - 1)
+                        break
         sweeps[name] = (base, results)
         rows.extend((name, base, r) for r in results)
     bar.close()
@@ -279,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         "remats",
         "selections",
         "wall_s",
+        *(("action", "offloads", "link_wait") if bw is not None else ()),
     ]
     extra = ["ref_status", "ref_overhead"] if reference else []
     with open(out / "results.csv", "w", newline="") as f:
@@ -298,6 +332,8 @@ def run(args: argparse.Namespace) -> int:
         f"{'trace':<14}{'heuristic':<11}{'ratio':>6}{'budget':>12}{'status':>8}"
         f"{'overhead':>10}{'evictions':>10}{'remats':>8}{'select':>8}{'time s':>8}"
     )
+    if bw is not None:
+        head += f"{'action':>10}{'offloads':>9}"
     if reference:
         head += f"{'ref':>8}{'ref ovh':>9}"
     print(head)
@@ -308,6 +344,8 @@ def run(args: argparse.Namespace) -> int:
             f"{r.status:>8}{r.overhead:>10.4f}{r.evictions:>10}{r.remats:>8}"
             f"{r.selections:>8}{r.wall_s:>8.2f}"
         )
+        if bw is not None:
+            line += f"{r.action:>10}{r.offloads:>9}"
         if reference:
             st, ov = ref_of(name, r)
             line += f"{st:>8}{ov:>9}"
@@ -319,6 +357,13 @@ def run(args: argparse.Namespace) -> int:
         from .plot import plot_sweeps
 
         ref_curves = {k: v for k, v in (reference or {}).items()}
+        if bw is not None:  # one curve per heuristic and action
+            from dataclasses import replace
+
+            sweeps = {
+                k: (b, [replace(r, heuristic=f"{r.heuristic} {r.action}") for r in rs])
+                for k, (b, rs) in sweeps.items()
+            }
         plot_sweeps(sweeps, out / "figure2.png", reference=ref_curves or None)
         print(f"wrote {out}/figure2.png")
     return 0

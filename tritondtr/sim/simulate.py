@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
+from ..core.link import Link
 from ..traceformat.trace import Trace
 from ..units import parse_bytes
 from .baseline import baseline
@@ -55,6 +56,9 @@ class SimResult:
     selections: int
     scorings: int
     wall_s: float
+    action: str = "recompute"  # NOTE [ Offload ] in core/core.py: or "offload", "both"
+    offloads: int = 0
+    link_wait: float = 0.0  # ns the ops waited for the link
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,8 @@ def simulate(
     engine_factory: Callable[..., object] | None = None,
     semantics: str = "paper",
     pin_backward: bool | None = None,
+    offload_bandwidth: float | str | None = None,
+    action: str = "both",
 ) -> SimResult:
     """Replay ``trace`` under a memory budget with one heuristic.
 
@@ -103,8 +109,17 @@ def simulate(
     and ``ties`` and ``engine_factory`` do not apply. ``overhead_limit`` (a multiple of the
     trace's compute; a run stops as ``thrash`` above it) defaults to 2.0 in the paper's
     semantics and to none in the runtime's (the runtime has none; it raises ThrashError).
-    Returns a :class:`SimResult`.
+    ``offload_bandwidth`` (bytes per second, ``"25GB/s"`` or a named link: NOTE [ Offload
+    link ]; runtime semantics only): victims may be copied to the host over that link,
+    ``action="both"`` (the cheaper of a drop and an offload, NOTE [ Offload ]) or
+    ``"offload"`` (every victim). Returns a :class:`SimResult`.
     """
+    if offload_bandwidth is not None:
+        if semantics != "runtime":
+            raise ValueError("offload_bandwidth is modelled in semantics='runtime' only")
+        if action not in ("both", "offload"):
+            raise ValueError(f"action must be 'both' or 'offload', got {action!r}")
+        Link(offload_bandwidth)  # a bad bandwidth fails before anything runs
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
     if semantics not in SEMANTICS:
@@ -116,7 +131,16 @@ def simulate(
         )
     if semantics == "runtime":
         return _simulate_runtime(
-            trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward
+            trace,
+            heuristic,
+            ratio,
+            budget,
+            overhead_limit,
+            backend,
+            device,
+            pin_backward,
+            offload_bandwidth,
+            action,
         )
     if overhead_limit is None:
         overhead_limit = 2.0
@@ -178,7 +202,16 @@ def _pin_backward(trace: Trace, given: bool | None) -> bool:
 
 
 def _simulate_runtime(
-    trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward
+    trace,
+    heuristic,
+    ratio,
+    budget,
+    overhead_limit,
+    backend,
+    device,
+    pin_backward,
+    offload_bandwidth=None,
+    action="both",
 ) -> SimResult:
     pin = _pin_backward(trace, pin_backward)
     if ratio is not None:
@@ -197,9 +230,15 @@ def _simulate_runtime(
         device=device,
         pin_backward=pin,
         remat_limit=limit,
+        link=None if offload_bandwidth is None else Link(offload_bandwidth),
+        always_offload=action == "offload",
     )
     scorings = -1 if core.engine is None else core.engine.selections
-    return _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
+    res = _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
+    if offload_bandwidth is None:
+        return res
+    st = core.stats
+    return replace(res, action=action, offloads=st.offloads, link_wait=st.link_wait_ns)
 
 
 def sweep(

@@ -113,12 +113,13 @@ def replay_runtime(
     on_event: Callable[[int], None] | None = None,
     reuse: int = 0,
     link: Link | None = None,
+    always_offload: bool = False,
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
     run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]; ``link``:
-    offload over it too (NOTE [ Offload ] in core/core.py). Returns the run's counters and
-    the core (its ``stats``, its engine's scorings)."""
+    offload over it too, priced or ``always_offload`` (NOTE [ Offload ] in core/core.py).
+    Returns the run's counters and the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
         budget,
@@ -129,6 +130,7 @@ def replay_runtime(
         pin_backward=pin_backward,
         reuse=reuse,
         link=link,
+        always_offload=always_offload,
     )
     counter.core = core
     run = _Twin(trace, core, torch.device(device or "cpu"))
