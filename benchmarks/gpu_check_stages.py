@@ -339,7 +339,8 @@ def _link_host_costs(ctx, dev, host, side) -> None:
 
 # -------------------------------------------------------------------------------- zoo
 def stage_zoo(ctx) -> None:
-    """The zoo's steps on the device at 50 %, bit-equal to eager (deterministic algorithms)."""
+    """The zoo's steps on the device at 50 %, and at 30 % with offload (NOTE [ Offload ]),
+    bit-equal to eager (deterministic algorithms)."""
     from tests import zoo
 
     names = ["mlp", "cnn", "gpt", "lstm", "treelstm"]
@@ -369,6 +370,17 @@ def stage_zoo(ctx) -> None:
             same = torch.equal(loss, ref_loss) and _equal(got, ref)
             ctx.row("evictions", f"{name} at 50 %", s.stats.evictions, "count")
             ctx.check(f"{name}: bit-equal to eager at 50 %", same)
+            # NOTE [ Offload ] in core/core.py: to pinned host memory and back, measured link
+            c = case(name)
+            opt = torch.optim.Adam(c.model.parameters(), lr=1e-3)
+            with tritondtr.enable(budget=peak * 3 // 10, offload=True) as s:
+                loss = zoo.train_step(c, opt)
+            got = [p.detach().clone() for p in c.model.parameters()]
+            same = torch.equal(loss, ref_loss) and _equal(got, ref)
+            st = s.stats
+            ctx.row("offloads", f"{name} at 30 %, offload=True", st.offloads, "count")
+            ctx.row("fetches", f"{name} at 30 %, offload=True", st.fetches, "count")
+            ctx.check(f"{name}: bit-equal to eager at 30 % with offload", same)
 
 
 # ------------------------------------------------------------------------------ gpt2

@@ -810,6 +810,18 @@ class Core(Evictor, Rematerializer):
         if free:
             self.executor.free(sid)
 
+    def set_link(self, link: Link | None) -> None:
+        """The link victims may be offloaded over from now on (NOTE [ Offload ]); the runtime
+        gives it once the session's device is known."""
+        self.link = link
+
+    def evict(self, sid: int) -> None:
+        """Evict resident, unlocked ``sid``: offloaded if that pays, else dropped."""
+        if self.link is not None and self.offload_pays(sid):
+            self.offload(sid)
+        else:
+            self.drop(sid)
+
     def offload_pays(self, sid: int) -> bool:
         """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?"""
         if self.always_offload:
@@ -831,6 +843,7 @@ class Core(Evictor, Rematerializer):
         self.engine.set_cost(self.eslot[sid], link.duration(size))  # rule 2
         self.stats.offloads += 1
         self.stats.offloaded_bytes += size
+        self.stats.link_busy_ns += link.duration(size)
 
     def fetch(self, sid: int) -> None:
         """Copy offloaded ``sid`` back (room already made: :meth:`recompute`), rule 4."""
@@ -843,6 +856,7 @@ class Core(Evictor, Rematerializer):
         self.engine.set_cost(self.eslot[sid], self.cost[sid])
         self.stats.fetches += 1
         self.stats.fetched_bytes += size
+        self.stats.link_busy_ns += self.link.duration(size)
 
     def ran(self, cost: float) -> None:
         """A recomputation of ``cost`` ns ran (NOTE [ Offload link ] rule 2)."""

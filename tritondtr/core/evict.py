@@ -68,14 +68,11 @@ class Evictor:
             if not self._unpin_backward():
                 return False
             return self.evict_one(first)
-        sid = self.sid_of[v]
-        if self.link is not None and self.offload_pays(sid):  # NOTE [ Offload ] in core.py
-            self.offload(sid)
-        elif prof:
+        if prof:  # NOTE [ Offload ] in core.py: dropped, or copied to the host
             with torch.profiler.record_function("tritondtr::evict"):
-                self.drop(sid)
+                self.evict(self.sid_of[v])
         else:
-            self.drop(sid)
+            self.evict(self.sid_of[v])
         self.stats.evictions += 1
         return True
 
@@ -130,7 +127,7 @@ class Evictor:
             v = eng.choose(self.now)
             if v is None:
                 break
-            self.drop(self.sid_of[v])
+            self.evict(self.sid_of[v])
             n += 1
         self.stats.evictions += n
         return n

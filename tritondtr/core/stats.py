@@ -37,6 +37,7 @@ class CoreStats:
         fetches: offloaded storages copied back; ``fetched_bytes`` their bytes.
         link_wait_ns: device time the ops waited for copies (out, to free room; back, to
             read), ns of the core's device time (NOTE [ Offload link ] rule 2).
+        link_busy_ns: device time the link spent copying, both directions, ns.
     """
 
     evictions: int = 0
@@ -56,3 +57,4 @@ class CoreStats:
     fetches: int = 0
     fetched_bytes: int = 0
     link_wait_ns: float = 0.0
+    link_busy_ns: float = 0.0

@@ -28,6 +28,7 @@ def enable(
     device: torch.device | str | None = None,
     table: TablePlace | str = "host",
     timeline: bool = False,
+    offload: bool | float | str = False,
 ) -> Session:
     """Run eager PyTorch code under a byte budget, recomputing what was evicted.
 
@@ -69,6 +70,13 @@ def enable(
         timeline: record the memory of the step op by op (``session.stats.timeline``, drawn
             by :func:`tritondtr.plot_memory`; NOTE [ Memory timeline ] in
             runtime/timeline.py). Off (the default), the per-op path does no work for it.
+        offload: victims may also be copied to host memory and back, whichever of that and
+            recomputing is cheaper per victim (NOTE [ Offload ] in core/core.py): ``False``
+            (the default), ``True`` (the link's bandwidth measured once per device), or its
+            bandwidth (``"25GB/s"``, bytes per second, ``"pcie5"``). On a CPU session the
+            host copy is CPU memory too: no memory is saved; it is there for tests and the
+            twin. ``stats`` counts ``offloads``, ``offloaded_bytes``, ``fetches``,
+            ``fetched_bytes``, ``link_busy_ns`` and ``link_wait_ns``.
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
@@ -87,5 +95,6 @@ def enable(
         device=device,
         table=table,
         timeline=timeline,
+        offload=offload,
     )
     return Session(config)

@@ -8,6 +8,7 @@ from enum import Enum
 
 import torch
 
+from ..core.link import parse_bandwidth
 from ..policy.backend import Backend
 from ..policy.heuristics import CustomHeuristic, Heuristic, get_heuristic
 from ..units import parse_bytes
@@ -59,6 +60,10 @@ class RuntimeConfig:
         timeline: record the memory timeline (``stats.timeline``, NOTE [ Memory timeline ] in
             timeline.py): a row per op with the tracked bytes, the counts so far and the
             phase; off, the per-op path does no work for it.
+        offload: victims may also be copied to host memory (NOTE [ Offload ] in
+            core/core.py): False (the default); True (the link's bandwidth measured once per
+            device); or the bandwidth, bytes per second, ``"25GB/s"`` or a named link
+            (``pcie4``, ``pcie5``, ``nvlink-c2c``). Normalized to None, True or a float.
     """
 
     budget: int | None = None
@@ -72,6 +77,7 @@ class RuntimeConfig:
     device: torch.device | str | None = None
     table: TablePlace | str = "host"
     timeline: bool = False
+    offload: bool | float | str | None = False
 
     def __post_init__(self) -> None:
         share = parse_share(self.budget) if isinstance(self.budget, str) else None
@@ -98,6 +104,13 @@ class RuntimeConfig:
                 f"stress=True evicts everything evictable after every op and takes "
                 f"no budget; got budget={self.budget!r}; pass budget=None"
             )
+        if self.offload is False or self.offload is None:
+            object.__setattr__(self, "offload", None)
+        elif self.offload is not True:
+            try:
+                object.__setattr__(self, "offload", parse_bandwidth(self.offload))
+            except ValueError as e:
+                raise ValueError(f"offload: {e}; or True to measure it, False for none") from None
         if self.never_evict is not None and not callable(self.never_evict):
             raise ValueError(
                 "never_evict must be a callable fn(op_name, output) -> bool, got "

@@ -77,7 +77,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -265,3 +267,38 @@ def check_precision(at_start: tuple, op: str) -> None:
             f"session ({changed}), so its replay would give other bits than its first run. "
             "Set these flags before tritondtr.enable(...) and leave them during the session."
         )
+
+
+_LINKS: dict[str, float] = {}  # device -> bytes per second (link_bandwidth)
+
+
+def link_bandwidth(device: torch.device) -> float:
+    """Bytes per second of a copy between ``device`` and host memory (pinned on CUDA), for
+    ``enable(offload=True)`` (NOTE [ Offload ] in core/core.py): the slower direction of a
+    64 MiB copy, the best of 3, measured once per device and kept. On a CPU device, a copy
+    within memory."""
+    key = str(device)
+    bw = _LINKS.get(key)
+    if bw is not None:
+        return bw
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    n, cuda = 64 * 2**20, device.type == "cuda"
+    with _disable_current_modes():  # plain tensors, whatever mode is active
+        dev = torch.empty(n, dtype=torch.uint8, device=device)
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=cuda)
+        rates = []
+        for dst, src in ((dev, host), (host, dev)):
+            best = math.inf
+            for _ in range(3):
+                if cuda:
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                dst.copy_(src)
+                if cuda:
+                    torch.cuda.synchronize(device)
+                best = min(best, time.perf_counter() - t0)
+            rates.append(n / max(best, 1e-9))
+        del dev, host
+    bw = _LINKS[key] = min(rates)
+    return bw

@@ -176,13 +176,16 @@ class Storage:
     *external* storage (memory shared with plain tensors the user holds: never evicted, not
     counted; recipes that read it record ``buf._version``), including one the core turned
     external (NOTE [ Parameter writes ]). ``released``: the session's list its death is
-    queued in (the list, not the session: NOTE [ Session lifetime ] in session.py).
+    queued in (the list, not the session: NOTE [ Session lifetime ] in session.py). ``host``:
+    while offloaded (NOTE [ Offload ] in core/core.py), its bytes in host memory and the
+    layout to rebuild ``buf`` from them.
     """
 
-    __slots__ = ("__weakref__", "buf", "nbytes", "out", "recipe", "released", "sid")
+    __slots__ = ("__weakref__", "buf", "host", "nbytes", "out", "recipe", "released", "sid")
 
     def __init__(self, buf, nbytes: int, sid: int, recipe, out: int, released: list) -> None:
         self.buf = buf
+        self.host = None  # while offloaded: (host bytes, dtype, size, stride, offset)
         self.nbytes = nbytes
         self.sid = sid
         self.recipe = recipe

@@ -100,6 +100,8 @@ class Recording:
                 "pin_backward": cfg.pin_backward,
                 "stress": cfg.stress,
                 "budget": core.budget,
+                # NOTE [ Offload ] in core/core.py: the twin replays with the same link
+                "offload_bandwidth": None if core.link is None else core.link.bandwidth,
                 **stats,
             },
             "recorder": {
@@ -127,6 +129,7 @@ def trace(
     cost: CostModel | CostFn | str = "auto",
     meta: dict | None = None,
     compress: bool = True,
+    offload: bool | float | str = False,
 ) -> Recording:
     """Run eager PyTorch code as :func:`tritondtr.enable` does and record it as a trace.
 
@@ -140,11 +143,12 @@ def trace(
     Args:
         path: write the trace here on a clean exit; the form follows the suffix (``.npz``,
             ``.jsonl``, either + ``.gz``, see docs/trace-format.md). None: keep it in memory.
-        budget, heuristic, backend, stress, debug, never_evict, pin_backward, cost: as for
-            :func:`tritondtr.enable` (``budget=None``: no eviction, the baseline run). The
-            trace's costs are the ones the run scored with, and ``meta["cost_model"]`` says
-            which model gave them; under ``cost="events"`` (CUDA) each op's device time
-            instead (``meta["costs"]`` says which).
+        budget, heuristic, backend, stress, debug, never_evict, pin_backward, cost, offload:
+            as for :func:`tritondtr.enable` (``budget=None``: no eviction, the baseline run).
+            The trace's costs are the ones the run scored with, and ``meta["cost_model"]``
+            says which model gave them; under ``cost="events"`` (CUDA) each op's device time
+            instead (``meta["costs"]`` says which). With ``offload``, ``meta["runtime"]``
+            keeps the link's bandwidth, which the twin replays with.
         meta: extra JSON-able provenance merged into ``trace.meta`` (e.g. ``{"model": ...}``).
         compress: zip-compress a ``.npz`` file.
 
@@ -169,5 +173,6 @@ def trace(
         never_evict=never_evict,
         pin_backward=pin_backward,
         cost=cost,
+        offload=offload,
     )
     return Recording(Session(config), path, dict(meta or {}), compress)

@@ -97,6 +97,7 @@ from torch.utils._python_dispatch import (
 )
 
 from ..core import BudgetError, Core
+from ..core.link import Link
 from ..engine.residency import FREE
 from ..units import format_bytes
 from . import boundary, collector, plaindata
@@ -204,6 +205,13 @@ class _TimelineMode(_Mode):
         out = s.dispatch(func, args, kwargs or {})
         s.timeline.op(func, out, s.stats, s.core.device)
         return out
+
+
+def _bytes_of(buf: torch.Tensor) -> torch.Tensor:
+    """The whole untyped storage under ``buf``, as a flat uint8 tensor (NOTE [ Offload ]):
+    copied byte for byte, any layout, views and offsets included, comes back exact."""
+    st = buf.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=buf.device).set_(st, 0, (st.nbytes(),), (1,))
 
 
 class Session:
@@ -668,6 +676,9 @@ class Session:
             self._streams = torch.cuda.default_stream(device)  # NOTE [ Side streams ]
             self._default = (self._streams.device_index, self._streams.cuda_stream)
             self._precision = devices.precision_flags()  # NOTE [ Precision flags ]
+        if self.config.offload is not None:  # NOTE [ Offload ] in core/core.py
+            bw = self.config.offload
+            self.core.set_link(Link(devices.link_bandwidth(device) if bw is True else bw))
 
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
@@ -840,6 +851,44 @@ class Session:
     def keep(self, sid: int) -> None:
         """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
         self.storage(sid).recipe = None
+
+    def offload(self, sid: int) -> None:
+        """NOTE [ Offload ] in core/core.py: the bytes of resident ``sid``'s storage into host
+        memory (pinned on CUDA), then its buffer goes. A blocking copy on the current stream:
+        the device memory is free for what follows in that stream's order."""
+        s = self.storage(sid)
+        buf = s.buf
+        data = _bytes_of(buf)
+        host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=data.is_cuda)
+        host.copy_(data)
+        s.host = (host, buf.dtype, buf.size(), buf.stride(), buf.storage_offset())
+        s.buf = None
+
+    def fetch(self, sid: int) -> None:
+        """Offloaded ``sid``'s storage back on the device, byte for byte, in the layout it
+        left in (a new buffer; retried after evicting if the allocator refuses it)."""
+        s = self.storage(sid)
+        host, dtype, size, stride, offset = s.host
+        device = self.core.device
+
+        def back() -> torch.Tensor:
+            data = torch.empty(host.numel(), dtype=torch.uint8, device=device)
+            data.copy_(host)
+            return torch.empty(0, dtype=dtype, device=device).set_(
+                data.untyped_storage(), offset, size, stride
+            )
+
+        try:
+            s.buf = back()
+        except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rule 6
+            s.buf = self._after_refusal(e, back)
+        s.host = None
+
+    def discard(self, sid: int) -> None:
+        """Offloaded ``sid`` left the core: its host copy goes."""
+        s = self.storages[sid]()
+        if s is not None:
+            s.host = None
 
     @opaque
     def evict_all(self) -> int:

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
                 if action != "recompute":
                     kw_link = {"offload_bandwidth": bw, "action": action}
                 else:
-                    kw_link = {}
+                    kw_link = {"action": "recompute"} if bw is not None else {}
                 for i, x in enumerate(points):
                     kw = {"budget": x} if budgets else {"ratio": x}
                     bar.set_description(f"{name} {h} {action} {x}")

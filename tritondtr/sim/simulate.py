@@ -110,15 +110,17 @@ def simulate(
     trace's compute; a run stops as ``thrash`` above it) defaults to 2.0 in the paper's
     semantics and to none in the runtime's (the runtime has none; it raises ThrashError).
     ``offload_bandwidth`` (bytes per second, ``"25GB/s"`` or a named link: NOTE [ Offload
-    link ]; runtime semantics only): victims may be copied to the host over that link,
-    ``action="both"`` (the cheaper of a drop and an offload, NOTE [ Offload ]) or
-    ``"offload"`` (every victim). Returns a :class:`SimResult`.
+    link ]; runtime semantics only; None: the recorded run's, if it offloaded): victims may be
+    copied to the host over that link,
+    ``action="both"`` (the cheaper of a drop and an offload, NOTE [ Offload ]),
+    ``"offload"`` (every victim) or ``"recompute"`` (no link, whatever was recorded).
+    Returns a :class:`SimResult`.
     """
+    if action not in ("both", "offload", "recompute"):
+        raise ValueError(f"action must be 'both', 'offload' or 'recompute', got {action!r}")
     if offload_bandwidth is not None:
         if semantics != "runtime":
             raise ValueError("offload_bandwidth is modelled in semantics='runtime' only")
-        if action not in ("both", "offload"):
-            raise ValueError(f"action must be 'both' or 'offload', got {action!r}")
         Link(offload_bandwidth)  # a bad bandwidth fails before anything runs
     if (ratio is None) == (budget is None):
         raise ValueError("give exactly one of ratio= (of the baseline peak) or budget= (bytes)")
@@ -214,6 +216,12 @@ def _simulate_runtime(
     action="both",
 ) -> SimResult:
     pin = _pin_backward(trace, pin_backward)
+    if action == "recompute":
+        offload_bandwidth = None
+    elif offload_bandwidth is None:  # a run recorded with offload replays with its link
+        offload_bandwidth = (trace.meta.get("runtime") or {}).get("offload_bandwidth")
+        if offload_bandwidth is None and action == "offload":
+            raise ValueError("action='offload' needs offload_bandwidth (none was recorded)")
     if ratio is not None:
         if not (math.isfinite(ratio) and ratio > 0):
             raise ValueError(f"ratio must be a finite number > 0, got {ratio!r}")

@@ -1,0 +1,156 @@
+"""``enable(offload=...)`` (NOTE [ Offload ] in tritondtr/core/core.py) on CPU sessions: a
+victim copied to host memory and back is bit-exact, whatever reads it next (an in-place write,
+a view, the backward pass); the twin replays a recorded run with offload to the same
+decisions; bad input is a clear error. A CPU session saves no memory by offloading (its host
+is its device): these tests check the rules, gpu_check the CUDA path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tritondtr
+import tritondtr.runtime as rt
+from tests.zoo import ZOO, make, train_step, unet_case
+from tritondtr.sim.simulate import simulate
+
+CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
+FAST = "1TB/s"  # a link far faster than any CPU op: every victim is offloaded
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _step(name, **enable):
+    case = CASES[name]()
+    opt = torch.optim.Adam(case.model.parameters(), lr=1e-2)
+    if enable is None or enable.get("eager"):
+        return case, train_step(case, opt).detach(), None
+    with rt.enable(**enable) as session:
+        loss = rt.unwrap(train_step(case, opt).detach())
+    return case, loss, session.stats
+
+
+def _equal(case, loss, ref, ref_loss):
+    assert torch.equal(loss, ref_loss)
+    for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):
+        assert torch.equal(p.grad, q.grad), f"{n}: gradient differs"
+        assert torch.equal(p.detach(), q.detach()), f"{n}: updated parameter differs"
+    for (n, b), (_, c) in zip(case.model.named_buffers(), ref.model.named_buffers()):
+        assert torch.equal(b, c), f"buffer {n} differs"
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.3], ids=lambda f: f"{int(f * 100)}pct")
+@pytest.mark.parametrize("name", [*ZOO, "unet"])
+def test_a_step_with_offload_equals_eager(name, frac):
+    ref, ref_loss, _ = _step(name, eager=True)
+    _, _, base = _step(name, budget=None)
+    case, loss, st = _step(name, budget=int(base.peak_bytes * frac), offload=FAST)
+    _equal(case, loss, ref, ref_loss)
+    if st.evictions:  # every victim went to the host, and what was read came back
+        assert st.offloads == st.evictions and st.rematerializations == 0
+        assert st.offloaded_bytes >= st.fetched_bytes > 0 and st.link_busy_ns > 0
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt", "lstm"])
+def test_stress_with_offload_equals_eager(name):
+    ref, ref_loss, _ = _step(name, eager=True)
+    case, loss, st = _step(name, stress=True, offload=FAST)
+    _equal(case, loss, ref, ref_loss)
+    assert st.offloads > 0 and st.fetches > 0
+
+
+def test_in_place_writes_and_views_of_offloaded_storages():
+    a = torch.randn(64, 64)
+    want_y = (a * 2).add_(1)
+    want_v = (a * 3)[3:10, ::2].clone()
+    with rt.enable(stress=True, offload=FAST) as s:
+        x = a * 2  # offloaded after the op (stress)
+        y = x.add_(1)  # fetched, written in place
+        w = a * 3
+        v = w[3:10, ::2]  # a view of an offloaded storage
+        got_y, got_v = rt.unwrap(y.clone()), rt.unwrap(v.clone())
+    assert torch.equal(got_y, want_y) and torch.equal(got_v, want_v)
+    assert s.stats.offloads >= 2 and s.stats.fetches >= 2
+
+
+def test_the_twin_replays_a_run_with_offload_to_its_decisions(tmp_path):
+    case = make("gpt")
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
+    with tritondtr.enable(budget=None) as s0:
+        train_step(make("gpt"), torch.optim.SGD(make("gpt").model.parameters(), lr=1e-2))
+    budget = int(0.4 * s0.stats.peak_bytes)
+    with tritondtr.trace(tmp_path / "step.npz", budget=budget, offload="20GB/s") as rec:
+        train_step(case, opt)
+    st = rec.session.stats
+    assert st.offloads > 0 and rec.trace.meta["runtime"]["offload_bandwidth"] == 20e9
+    res = simulate(
+        tritondtr.sim.load_trace(tmp_path / "step.npz"),
+        "dtr_eq",
+        budget=budget,
+        semantics="runtime",
+    )
+    assert (res.evictions, res.remats, res.offloads, res.peak_bytes) == (
+        st.evictions,
+        st.rematerializations,
+        st.offloads,
+        st.peak_bytes,
+    )
+    plain = simulate(rec.trace, "dtr_eq", budget=budget, semantics="runtime", action="recompute")
+    assert plain.offloads == 0
+
+
+@pytest.mark.parametrize(
+    ("offload", "says"),
+    [
+        ("fast", "offload: cannot read bandwidth 'fast'"),
+        (0, "offload: a bandwidth must be positive"),
+        (-1e9, "offload: a bandwidth must be positive"),
+        ("25 GB", "offload: cannot read bandwidth"),
+        ([1], "offload: a bandwidth is a number or a text"),
+    ],
+)
+def test_bad_offload_is_a_clear_error(offload, says):
+    with pytest.raises(ValueError, match=says):
+        rt.enable(budget="1MiB", offload=offload)
+
+
+def test_offload_true_measures_the_link_once():
+    from tritondtr.runtime import device as devices
+
+    with rt.enable(budget=None, offload=True) as s:
+        (torch.randn(64, 64) * 2).sum()
+    bw = devices.link_bandwidth(torch.device("cpu"))
+    assert s.core.link is not None and s.core.link.bandwidth == bw > 0
+    assert devices.link_bandwidth(torch.device("cpu")) == bw  # kept, not measured again
+
+
+@pytest.mark.gpu
+def test_cuda_step_with_offload_to_pinned_memory_equals_eager():
+    """The CUDA path: host copies in pinned memory, device buffers rebuilt byte for byte."""
+
+    def case():
+        c = make("gpt", scale=2)
+        c.model.cuda()
+        c.inputs = tuple(x.cuda() if torch.is_tensor(x) else x for x in c.inputs)
+        return c
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        ref = case()
+        ref_loss = train_step(ref, torch.optim.Adam(ref.model.parameters(), lr=1e-2)).detach()
+        with rt.enable(budget=None) as s0:
+            c = case()
+            train_step(c, torch.optim.Adam(c.model.parameters(), lr=1e-2))
+        c = case()
+        with rt.enable(budget=int(0.3 * s0.stats.peak_bytes), offload="pcie5") as s:
+            loss = rt.unwrap(train_step(c, torch.optim.Adam(c.model.parameters(), lr=1e-2)))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    _equal(c, loss.detach(), ref, ref_loss)
+    assert s.stats.offloads > 0 and s.stats.fetches > 0
