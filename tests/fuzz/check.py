@@ -167,6 +167,14 @@ def configs(
         )
         for _ in fractions
     ]
+    # NOTE [ Offload ] in core/core.py: a third of the programs offload, every victim over a
+    # fast link or some over a slow one (drawn last: the draws above stay as they were)
+    offload = rng.choice((None, None, None, None, "1TB/s", "100MB/s"))
+    if offload is not None:
+        stress, budgeted = (
+            dataclasses.replace(stress, offload=offload),
+            [dataclasses.replace(c, offload=offload) for c in budgeted],
+        )
     return first, [stress, *budgeted], fractions
 
 

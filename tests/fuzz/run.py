@@ -30,7 +30,8 @@ class RunConfig:
     """How one run goes: the options of ``tritondtr.enable`` (``cost="bytes"``: a callable
     cost, 1000 + output bytes; ``never_evict_small``: never evict outputs of < 8 elements),
     ``trace``: record a trace (then the twin is checked), ``split``: the body line where a
-    second session takes over from a first one (None: one session)."""
+    second session takes over from a first one (None: one session), ``offload``: the link's
+    bandwidth of ``enable(offload=...)`` (None: no offload)."""
 
     budget: int | None = None
     stress: bool = False
@@ -41,6 +42,7 @@ class RunConfig:
     debug: bool = False
     trace: bool = False
     split: int | None = None
+    offload: str | None = None
 
     def options(self) -> dict:
         """Keyword arguments of ``tritondtr.enable`` / ``tritondtr.trace``."""
@@ -49,6 +51,8 @@ class RunConfig:
         kw["cost"] = _cost_by_bytes if self.cost == "bytes" else self.cost
         if self.never_evict_small:
             kw["never_evict"] = lambda op, t: t.numel() < 8
+        if self.offload is not None:
+            kw["offload"] = self.offload
         return kw
 
     def session(self) -> str:
