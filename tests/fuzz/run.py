@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import tritondtr
 import tritondtr.runtime as rt
+from tritondtr.core.link import Link
 from tritondtr.sim import simulate
 from tritondtr.sim.twin import replay_runtime
 
@@ -215,18 +216,26 @@ def twin(recorder, cfg: RunConfig) -> str | None:
     (evictions, rematerializations, peak bytes): None if equal, else what differs."""
     t = recorder.trace
     m = t.meta["runtime"]
-    want = (m["evictions"], m["rematerializations"], m["peak_bytes"])
+    want = (m["evictions"], m["rematerializations"], m["peak_bytes"], m.get("offloads", 0))
     if cfg.stress or m["budget"] is None:
-        st, _ = replay_runtime(
-            t, m["heuristic"], None, stress=cfg.stress, pin_backward=m["pin_backward"]
+        bw = m.get("offload_bandwidth")  # NOTE [ Offload ]: the recorded run's link
+        st, core = replay_runtime(
+            t,
+            m["heuristic"],
+            None,
+            stress=cfg.stress,
+            pin_backward=m["pin_backward"],
+            link=None if bw is None else Link(bw),
         )
-        got = (st.evictions, st.remats, st.peak_bytes)
+        got = (st.evictions, st.remats, st.peak_bytes, core.stats.offloads)
     else:
         r = simulate(t, m["heuristic"], budget=m["budget"], semantics="runtime")
         if r.status != "ok":
             return f"twin status {r.status} (recorded {want})"
-        got = (r.evictions, r.remats, r.peak_bytes)
-    return None if got == want else f"twin (evictions, remats, peak) {got} != recorded {want}"
+        got = (r.evictions, r.remats, r.peak_bytes, r.offloads)
+    if got == want:
+        return None
+    return f"twin (evictions, remats, peak, offloads) {got} != recorded {want}"
 
 
 def process_state() -> list[str]:
