@@ -205,6 +205,10 @@ def check_model(seed: int, tally: Tally | None = None, tight: bool = False) -> l
     r = random.Random(seed * 13 + 5)
     ref = train(seed)[:3]
     base = RunConfig(heuristic=r.choice(HEURISTICS[:6]), cost=r.choice(["analytic", "bytes"]))
+    # NOTE [ Offload ] in core/core.py: half the models offload (a draw of its own: the
+    # draws above and below stay as they were)
+    offload = random.Random(seed * 7 + 11).choice((None, None, "1TB/s", "100MB/s"))
+    base = dataclasses.replace(base, offload=offload)
     evict = tight and r.random() < 0.7
     out: list[Failure] = []
     fractions = (
