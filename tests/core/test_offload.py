@@ -142,3 +142,36 @@ def test_the_twin_with_a_useless_link_decides_as_without_and_a_free_one_never_re
     assert st.fetches > 0 and st.fetched_bytes <= st.offloaded_bytes
     assert fast.peak_bytes <= budget + core2.stats.max_op_out_bytes
     core2.check_invariants()
+
+
+def test_releasing_a_storage_does_not_fetch_its_offloaded_readers():
+    """NOTE [ Offload ] rule 7: NOTE [ Readers before release ] recomputes an evicted
+    reader while its input is still here; an offloaded reader's host copy needs nothing
+    (found by a reviewer helper: the release fetched it back for nothing)."""
+    core, ex = _core(250, Link("1GB/s"))
+    a = _op(core, "a", 100, 10.0)
+    d = _op(core, "d", 100, 1e6, inputs=(a,))  # expensive: offloaded when chosen
+    b = _op(core, "b", 100, 10.0)
+    _use(core, a)  # a used: d is lru's oldest now
+    _op(core, "c", 100, 10.0)
+    assert ex.offloaded == [d]
+    core.release(b)
+    core.release(a)
+    assert ex.fetched == [] and core.stats.fetches == 0 and core.offloaded[d]
+    core.check_invariants()
+
+
+def test_a_copy_the_executor_cannot_make_drops_the_victim_instead():
+    class NoHost(Counting):
+        def offload(self, sid: int) -> None:
+            raise RuntimeError("no pinned memory left")
+
+    ex = NoHost()
+    core = Core(50, "lru", ex, backend="torch", link=Link("1GB/s"))
+    core.start(CPU)
+    core.sync()
+    a = _op(core, "a", 100, 1e6)
+    _op(core, "b", 100, 1e6)
+    assert ex.freed == [a] and not core.offloaded[a] and core.stats.offloads == 0
+    assert core.elapsed == pytest.approx(1e6 + 1e6)  # no copy was booked
+    core.check_invariants()

@@ -154,3 +154,34 @@ def test_cuda_step_with_offload_to_pinned_memory_equals_eager():
         torch.use_deterministic_algorithms(False)
     _equal(c, loss.detach(), ref, ref_loss)
     assert s.stats.offloads > 0 and s.stats.fetches > 0
+
+
+def test_a_victim_whose_storage_already_died_is_offloaded_without_a_copy():
+    """NOTE [ Storage lifetime ] rule 5: during a freeze the queues are not drained, so a
+    storage whose last reference went can still be chosen; offloading it copies nothing
+    (found by a reviewer helper: it raised "core storage 0 has no live Storage")."""
+    n = 64
+    size = n * n * 4
+
+    def cost(op, args, kwargs, out):  # exp is expensive: offloading it pays
+        return 1e9 if "exp" in str(op) else 1.0
+
+    def program(p):
+        y = p.exp()
+        z = y * 3
+        s1 = y.sum()
+        del y
+        x = p * 7
+        w = x * 5
+        del x
+        u = p * 9
+        s2 = u.sum()
+        p.add_(1)  # a write to memory the recipes read: freeze
+        return z, s1, w, s2
+
+    want = program(torch.arange(n * n, dtype=torch.float32).reshape(n, n) / (n * n))
+    p = torch.arange(n * n, dtype=torch.float32).reshape(n, n) / (n * n)
+    with rt.enable(budget=int(1.5 * size), heuristic="lru", cost=cost, offload="25GB/s") as s:
+        got = [rt.unwrap(t.clone()) for t in program(p)]
+    assert s.stats.offloads >= 1
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

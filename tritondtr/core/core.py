@@ -266,7 +266,12 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    makes room first, ticks the clock and is not a rematerialization (``stats.fetches``).
 # 5. An offloaded storage forgotten drops its host copy (``Executor.discard``).
 # 6. Decisions depend only on sizes, costs and the link, so the twin replays them as the
-#    runtime's core makes them. Not in the runtime yet: the runtime passes no link.
+#    runtime's core makes them (``enable(offload=...)``; a recorded trace keeps the link).
+# 7. NOTE [ Readers before release ] skips an offloaded reader: its host copy needs nothing
+#    of the storage being released.
+# 8. Today every copy stalls the op that needed it (rule 3), so the link's queue and the
+#    device time never change a decision: an offload always costs twice its copy. They are
+#    there for copies that do not stall (asynchronous offload, prefetch: not built).
 """
 
 from __future__ import annotations
@@ -766,9 +771,11 @@ class Core(Evictor, Rematerializer):
         if not readers:
             return
         state, held, inputs = self.state, self.held, self.inputs
+        offloaded = self.offloaded
         for d in list(readers):
             if (
                 state[d] == EVICTED
+                and not offloaded[d]  # NOTE [ Offload ]: its host copy needs nothing of sid
                 and held[d]
                 and not self.over_budget()
                 and all(state[i] != EVICTED for i in inputs[d])
@@ -832,13 +839,18 @@ class Core(Evictor, Rematerializer):
         return offload_price(self.size[sid], self.link, self.elapsed) < recompute
 
     def offload(self, sid: int) -> None:
-        """Evict resident, unlocked ``sid`` by copying it to the host (NOTE [ Offload ])."""
+        """Evict resident, unlocked ``sid`` by copying it to the host (NOTE [ Offload ]); a
+        copy the executor cannot make (no host memory) drops it instead."""
         size, link = self.size[sid], self.link
+        try:
+            self.executor.offload(sid)
+        except RuntimeError:
+            self.drop(sid)
+            return
         done = link.copy_out(size, self.elapsed)
         self.stats.link_wait_ns += done - self.elapsed
         self.elapsed = done  # rule 3: the op waits for the room
-        self.executor.offload(sid)
-        self.drop(sid, free=False)  # the executor frees the buffer once copied
+        self.drop(sid, free=False)  # the executor freed the buffer once copied
         self.offloaded[sid] = 1
         self.engine.set_cost(self.eslot[sid], link.duration(size))  # rule 2
         self.stats.offloads += 1
@@ -848,10 +860,10 @@ class Core(Evictor, Rematerializer):
     def fetch(self, sid: int) -> None:
         """Copy offloaded ``sid`` back (room already made: :meth:`recompute`), rule 4."""
         size = self.size[sid]
+        self.executor.fetch(sid)  # first: a refused allocation changes nothing
         done = self.link.copy_in(size, self.elapsed)
         self.stats.link_wait_ns += done - self.elapsed
         self.elapsed = done
-        self.executor.fetch(sid)
         self.offloaded[sid] = 0
         self.engine.set_cost(self.eslot[sid], self.cost[sid])
         self.stats.fetches += 1

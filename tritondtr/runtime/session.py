@@ -856,9 +856,13 @@ class Session:
         """NOTE [ Offload ] in core/core.py: the bytes of resident ``sid``'s storage into host
         memory (pinned on CUDA), then its buffer goes. A blocking copy on the current stream:
         the device memory is free for what follows in that stream's order."""
-        s = self.storage(sid)
+        s = self.storages[sid]()
+        if s is None:  # its buffer died with it (NOTE [ Storage lifetime ] rule 5): no copy,
+            return  # and nothing will ask for it
         buf = s.buf
         data = _bytes_of(buf)
+        if self._side_seen:  # NOTE [ Side streams ]: a side stream may still be writing it
+            torch.cuda.synchronize(data.device)
         host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=data.is_cuda)
         host.copy_(data)
         s.host = (host, buf.dtype, buf.size(), buf.stride(), buf.storage_offset())

@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     limit = args.overhead_limit if args.overhead_limit is not None or runtime else 2.0
 
     bw = args.offload_bandwidth
-    actions = ("recompute", "offload", "both") if bw is not None else ("recompute",)
+    actions = ("recompute", "offload", "both") if bw is not None else ("as recorded",)
     sweeps, rows = {}, []
     bar = tqdm(
         total=len(args.traces) * len(heuristics) * len(points) * len(actions),
@@ -270,13 +270,17 @@ def run(args: argparse.Namespace) -> int:
         results = []
         for h in heuristics:
             for action in actions:
-                if action != "recompute":
+                if bw is None:  # a trace recorded with offload replays with its link
+                    kw_link = {}
+                elif action != "recompute":
                     kw_link = {"offload_bandwidth": bw, "action": action}
                 else:
-                    kw_link = {"action": "recompute"} if bw is not None else {}
+                    kw_link = {"action": "recompute"}
                 for i, x in enumerate(points):
                     kw = {"budget": x} if budgets else {"ratio": x}
-                    bar.set_description(f"{name} {h} {action} {x}")
+                    bar.set_description(
+                        f"{name} {h} {x}" if bw is None else f"{name} {h} {action} {x}"
+                    )
                     res = simulate(
                         trace,
                         h,

@@ -118,6 +118,8 @@ def simulate(
     """
     if action not in ("both", "offload", "recompute"):
         raise ValueError(f"action must be 'both', 'offload' or 'recompute', got {action!r}")
+    if action == "offload" and semantics != "runtime":
+        raise ValueError("action='offload' is modelled in semantics='runtime' only")
     if offload_bandwidth is not None:
         if semantics != "runtime":
             raise ValueError("offload_bandwidth is modelled in semantics='runtime' only")
