@@ -281,6 +281,9 @@ def check_invariants(session) -> None:
         else:
             res = core.state[sid] == RESIDENT
             assert res == (s.buf is not None), f"storage {sid}: buffer vs core residency"
+            assert bool(core.offloaded[sid]) == (s.host is not None), (  # NOTE [ Offload ]
+                f"storage {sid}: host copy vs core's offloaded flag"
+            )
             if core.lazy:  # NOTE [ Lazy engine ]: held storages are all resident
                 assert res or not core.held[sid], f"storage {sid}: held, not resident"
             if res and s.nbytes:  # NOTE [ Op semantics ] rule 8: one storage per buffer
