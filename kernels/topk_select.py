@@ -430,7 +430,8 @@ class Selection:
         if counter is None:
             c = _counter(device, stream)
             counter = self._counters[stream] = (c, c.data_ptr())
-        run = self._runners.get(_int_types(now, rand_base))
+        types = _int_types(now, rand_base)
+        run = self._runners.get(types)
         try:
             if run is not None and torch.cuda.current_device() == device.index:
                 # NOTE rule 7: addresses, not tensors (the launcher then asks the driver
@@ -455,7 +456,7 @@ class Selection:
             counter[0].zero_()  # a failed launch must not leave a stale ticket behind
             raise
         if device.type == "cuda" and hasattr(compiled, "run") and hasattr(compiled, "function"):
-            self._runners[_int_types(now, rand_base)] = compiled[self._grid]
+            self._runners[types] = compiled[self._grid]
         return self.out
 
     def victims(self, now: int, rand_base: int) -> list[int]:

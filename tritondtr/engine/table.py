@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 
 import numpy as np
@@ -459,20 +460,15 @@ class MetadataTable:
         [ Private stream ] rule 3). Ties go to the lowest slot id; see NOTE [ Scoring rules ].
         """
         self.flush()
-        if self._stream is None:
+        on_device = self._stream is not None  # rule 2: a selection's workspace is made there
+        with self._on_stream() if on_device else contextlib.nullcontext():
             sel = self._selection(heuristic, k, backend)
-            if sel is not None:  # the interpreter's CPU table (tests): as on CUDA below
+            if sel is not None:  # prepared (NOTE [ One-launch selection ] rule 7)
                 now = policy.check_now(now)
-                return torch.tensor(sel.victims(now, random_base(seed, now)), dtype=torch.int64)
-        else:
-            with self._on_stream():  # rule 2: its workspace is made on the private stream too
-                sel = self._selection(heuristic, k, backend)
-                if sel is not None:  # prepared (NOTE [ One-launch selection ] rule 7)
-                    now = policy.check_now(now)
-                    ids = sel.victims(now, random_base(seed, now))
-            if sel is not None:
-                self.device_syncs += 1
-                return torch.tensor(ids, dtype=torch.int64)
+                ids = sel.victims(now, random_base(seed, now))
+        if sel is not None:
+            self.device_syncs += on_device
+            return torch.tensor(ids, dtype=torch.int64)
         kw = dict(backend=backend, seed=seed, clock_bounds=(self._clock_lo, self._clock_hi))
         if self._stream is None:
             return policy.select(heuristic, self._dev, now, k=k, **kw)
@@ -490,16 +486,13 @@ class MetadataTable:
 
     def _selection(self, heuristic, k: int, backend: str):
         """The prepared Triton selection of (heuristic, k, backend), or None for the twin."""
-        key = (heuristic, k, backend)
-        try:
-            return self._selections[key]
-        except KeyError:
+        key = (heuristic, k, backend)  # names, enums and user heuristics all hash
+        sel = self._selections.get(key, self)
+        if sel is self:
             sel = self._selections[key] = policy.selection(
                 heuristic, self._dev, k=k, backend=backend
             )
-            return sel
-        except TypeError:  # an unhashable heuristic object: not cached
-            return policy.selection(heuristic, self._dev, k=k, backend=backend)
+        return sel
 
     # ---------------------------------------------------------------- debugging
     def check_invariants(self) -> None:

@@ -135,17 +135,9 @@ def simulate(
         )
     if semantics == "runtime":
         return _simulate_runtime(
-            trace,
-            heuristic,
-            ratio,
-            budget,
-            overhead_limit,
-            backend,
-            device,
-            pin_backward,
-            offload_bandwidth,
-            action,
-        )
+            trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
+            offload_bandwidth, action,
+        )  # fmt: skip
     if overhead_limit is None:
         overhead_limit = 2.0
     base = baseline(trace)
@@ -206,17 +198,9 @@ def _pin_backward(trace: Trace, given: bool | None) -> bool:
 
 
 def _simulate_runtime(
-    trace,
-    heuristic,
-    ratio,
-    budget,
-    overhead_limit,
-    backend,
-    device,
-    pin_backward,
-    offload_bandwidth=None,
-    action="both",
-) -> SimResult:
+    trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
+    offload_bandwidth, action,
+) -> SimResult:  # fmt: skip
     pin = _pin_backward(trace, pin_backward)
     if action == "recompute":
         offload_bandwidth = None
