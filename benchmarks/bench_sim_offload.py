@@ -9,8 +9,13 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 #    would flatter every copy; the DTR logs keep their own (Titan V) times.
 # 2. Each trace at each ratio of its runtime peak with ``dtr_eq`` in the runtime's semantics:
 #    ``recompute`` (no link), then per link ``offload`` (every victim copied) and ``both`` (the
-#    cheaper per victim). ``overhead`` = the step's device time (ops, recomputations, waits for
-#    the link) / its compute; a failed run (oom, thrash) says so in ``note``.
+#    cheaper per victim), each with copies out ahead of the budget and prefetches in the
+#    trace's order (a recorded step that repeats: NOTE [ The twin ] rule 8; NOTE [
+#    Asynchronous offload ] in tritondtr/core/offload.py); and what
+#    those buy: ``both-stalled`` (every copy made when the room is needed, the op waiting),
+#    ``both-ahead`` (no prefetch). ``overhead`` = the step's device time (ops,
+#    recomputations, waits for the link) / its compute; a failed run (oom, thrash) says so
+#    in ``note``.
 # 3. ``LOSS``: ``both`` above the better of the other two by more than 0.1 % (the twin is
 #    deterministic: no noise). The target: ``both`` at least 20 % of recompute-only's
 #    overhead better on the conv and transformer steps at <= 30 % over PCIe 5.
@@ -40,6 +45,14 @@ import tritondtr  # noqa: E402
 from tritondtr.sim.simulate import simulate  # noqa: E402
 
 RATIOS = (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1)
+# Rule 2: (provider, action, copies ahead, prefetch); ``offload`` and ``both`` are the
+# whole rule, the other two take its parts away (NOTE [ Asynchronous offload ]).
+VARIANTS = (
+    ("offload", "offload", True, "trace"),
+    ("both", "both", True, "trace"),
+    ("both-stalled", "both", False, False),
+    ("both-ahead", "both", True, False),
+)
 LINKS = ("pcie4", "pcie5", "nvlink-c2c")
 CONV = ("cnn", "unet", "dtr-resnet32", "dtr-densenet121", "dtr-unet")
 TRANSFORMER = ("gpt", "hf-gpt2", "hf-bert", "hf-llama", "dtr-transformer")
@@ -95,14 +108,16 @@ def main(argv: list[str] | None = None) -> int:
         for ratio in RATIOS:
             runs = {"recompute": simulate(tr, "dtr_eq", ratio=ratio, semantics="runtime")}
             for link in LINKS:
-                for action in ("offload", "both"):
-                    runs[f"{action}:{link}"] = simulate(
+                for provider, action, ahead, prefetch in VARIANTS:
+                    runs[f"{provider}:{link}"] = simulate(
                         tr,
                         "dtr_eq",
                         ratio=ratio,
                         semantics="runtime",
                         offload_bandwidth=link,
                         action=action,
+                        ahead=ahead,
+                        prefetch=prefetch,
                     )
             for provider, r in runs.items():
                 params = f"trace={name};ratio={ratio};budget={r.budget}"
@@ -196,6 +211,20 @@ def _report(table, losses, target, env, scale) -> str:
             for p in ("recompute", "offload:pcie5", "both:pcie5")
         ]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "What the copies beside the ops buy, PCIe 5 (both: stalled / ahead / ahead + prefetch):",
+        "",
+        "| trace | ratio | recompute | stalled | ahead | ahead + prefetch |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, ratio, runs in table:
+        if ratio in (0.5, 0.3, 0.1):
+            cells = [
+                _fmt(runs[p])
+                for p in ("recompute", "both-stalled:pcie5", "both-ahead:pcie5", "both:pcie5")
+            ]
+            out.append(f"| {name} | {ratio:.0%} | " + " | ".join(cells) + " |")
     out += ["", f"Where both loses to the better of the two alone ({len(losses)}):", ""]
     out += [f"- {x}" for x in losses] or ["- none"]
     met = [t for t in target if t[2] and t[3] >= 0.2]

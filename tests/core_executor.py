@@ -8,15 +8,15 @@ from __future__ import annotations
 class Counting:
     """``recomputed``: sids recomputed, in order; ``consumed``: the storages those
     recomputations took the buffer of (NOTE [ Consumed versions ]); ``freed``: sids whose
-    buffer was dropped; ``kept``: sids made external; ``offloaded``, ``fetched``,
-    ``discarded``: NOTE [ Offload ]."""
+    buffer was dropped; ``kept``: sids made external; ``copied`` (copies to the host),
+    ``fetched``, ``discarded``: NOTE [ Offload ], NOTE [ Asynchronous offload ]."""
 
     def __init__(self) -> None:
         self.recomputed: list[int] = []
         self.consumed: list[int] = []
         self.freed: list[int] = []
         self.kept: list[int] = []
-        self.offloaded: list[int] = []
+        self.copied: list[int] = []
         self.fetched: list[int] = []
         self.discarded: list[int] = []
 
@@ -31,11 +31,11 @@ class Counting:
     def keep(self, sid: int) -> None:
         self.kept.append(sid)
 
-    def offload(self, sid: int) -> None:
-        self.offloaded.append(sid)
+    def copy_out(self, sid: int) -> None:
+        self.copied.append(sid)
 
     def fetch(self, sid: int) -> None:
         self.fetched.append(sid)
 
-    def discard(self, sid: int) -> None:
+    def drop_copy(self, sid: int) -> None:
         self.discarded.append(sid)

@@ -53,8 +53,8 @@ def test_a_step_with_offload_equals_eager(name, frac):
     case, loss, st = _step(name, budget=int(base.peak_bytes * frac), offload=FAST)
     _equal(case, loss, ref, ref_loss)
     if st.evictions:  # every victim went to the host, and what was read came back
-        assert st.offloads == st.evictions and st.rematerializations == 0
-        assert st.offloaded_bytes >= st.fetched_bytes > 0 and st.link_busy_ns > 0
+        assert st.offloads > 0 and st.rematerializations == 0  # a fetched victim evicted
+        assert st.fetched_bytes > 0 and st.link_busy_ns > 0  # again copies nothing
 
 
 @pytest.mark.parametrize("name", ["mlp", "gpt", "lstm"])
@@ -103,6 +103,40 @@ def test_the_twin_replays_a_run_with_offload_to_its_decisions(tmp_path):
     )
     plain = simulate(rec.trace, "dtr_eq", budget=budget, semantics="runtime", action="recompute")
     assert plain.offloads == 0
+
+
+@pytest.mark.parametrize("name", ["gpt", "lstm"])
+def test_steps_with_offload_prefetch_equal_eager_and_the_twin_replays_them(name, tmp_path):
+    """NOTE [ Step plan ] in core/plan.py: from the second step on, offloaded storages come
+    back in the previous step's order before they are read; the values are eager's, and the
+    twin, recording the same plan from the same calls, makes the same prefetches."""
+    ref = make(name)
+    ref_opt = torch.optim.SGD(ref.model.parameters(), lr=1e-2)
+    for _ in range(3):
+        ref_loss = train_step(ref, ref_opt).detach()
+    with tritondtr.enable(budget=None) as s0:
+        train_step(make(name), torch.optim.SGD(make(name).model.parameters(), lr=1e-2))
+    budget = int(0.3 * s0.stats.peak_bytes)
+    case = make(name)
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
+    with tritondtr.trace(tmp_path / "steps.npz", budget=budget, offload="20GB/s") as rec:
+        for _ in range(3):
+            loss = rt.unwrap(train_step(case, opt).detach())
+    _equal(case, loss, ref, ref_loss)
+    st = rec.session.stats
+    assert st.prefetches > 0 and st.offloads > 0
+    res = simulate(
+        tritondtr.sim.load_trace(tmp_path / "steps.npz"), budget=budget, semantics="runtime"
+    )
+    assert (res.evictions, res.remats, res.offloads, res.prefetches, res.peak_bytes) == (
+        st.evictions,
+        st.rematerializations,
+        st.offloads,
+        st.prefetches,
+        st.peak_bytes,
+    )
+    none = simulate(rec.trace, budget=budget, semantics="runtime", prefetch=False)
+    assert none.prefetches == 0 and none.link_wait > res.link_wait
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,15 @@ class ByteAccount:
         if r > st.peak_bytes:
             st.peak_bytes = r
 
+    def arrive(self, nbytes: int) -> None:
+        """Count ``nbytes`` more resident between ops (a prefetch: NOTE [ Asynchronous
+        offload ] rule 5 in offload.py), no op's output; peaks follow."""
+        r = self.resident = self.resident + nbytes
+        st = self.stats
+        st.resident_bytes = r
+        if r > st.peak_bytes:
+            st.peak_bytes = r
+
     def shrink(self, nbytes: int) -> None:
         """Count ``nbytes`` fewer resident (a buffer dropped, handed out or made external)."""
         r = self.resident = self.resident - nbytes

@@ -26,12 +26,15 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    - ``ByteAccount`` (account.py): the budget, resident, outside and op bytes, the peaks;
 #    - ``BackwardPins`` (backward.py): NOTE [ Backward storages ];
 #    - ``UnheldScorer`` (unheld.py): NOTE [ Unheld storages ];
-#    - ``Anchors`` (anchors.py): NOTE [ Anchored storages ].
-# 2. Eviction (``Evictor``, evict.py) and rematerialization (``Rematerializer``, remat.py)
-#    are the core's own methods in files of their own; they declare and write no field,
-#    and change the core through its methods (``drop``, ``tick``, ``recomputed_resident``,
-#    ``admit``) and the parts through theirs. They stay methods, not objects: they hold no
-#    state, and an object that keeps its core is a reference cycle, which NOTE [ Session
+#    - ``Anchors`` (anchors.py): NOTE [ Anchored storages ];
+#    - ``HostCopies`` (offload.py): which storages have a host copy, the copies in flight
+#      (NOTE [ Asynchronous offload ]).
+# 2. Eviction (``Evictor``, evict.py), offload (``Offloader``, offload.py) and
+#    rematerialization (``Rematerializer``, remat.py) are the core's own methods in files
+#    of their own; they declare and write no field, and change the core through its
+#    methods (``drop``, ``tick``, ``recomputed_resident``, ``admit``, ``set_offloaded``,
+#    ``wait_until``) and the parts through theirs. They stay methods, not objects: they
+#    hold no state, and an object that keeps its core is a reference cycle, which NOTE [ Session
 #    lifetime ] in runtime/session.py forbids (a part that needs the core's operations
 #    takes the core as an argument: ``Anchors.anchor(core, sid)``).
 # 3. A part reads the core's lists through references given when it is made (lists the
@@ -253,25 +256,29 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    host, copied back when needed), whichever is priced lower: the recomputation's cost with
 #    its evicted neighbourhood (the engine's cost and nbhd cost of the victim) against
 #    ``offload_price`` (the wait until its copy out would be done, plus the copy back). Which
-#    victim is unchanged: the heuristic chooses, the action follows.
+#    victim is unchanged: the heuristic chooses, the action follows. A victim with a host
+#    copy already (NOTE [ Asynchronous offload ] in offload.py) has nothing to copy out.
 # 2. An offloaded storage is evicted for everything else (state ``EVICTED``, not counted,
-#    scored and locked as any evicted storage), flagged ``offloaded``; while it is, the
-#    engine's cost of its slot is its copy back, so its neighbours' evicted neighbourhoods
-#    price getting it back as a copy, not a recomputation. Its own cost (``cost``) stays.
+#    scored and locked as any evicted storage), flagged ``offloaded``; while it has a host
+#    copy, the engine's cost of its slot is the lower of its copy back and its cost (NOTE [
+#    Asynchronous offload ] rule 3), so its neighbours' evicted neighbourhoods price getting
+#    it back as a copy where that is cheaper. Its own cost (``cost``) stays.
 # 3. Time: the op that needed the room waits for the copy out (``elapsed`` moves to when it
 #    is done; ``stats.link_wait_ns``), so the bytes are free when the op runs, as a drop's
 #    are; a fetch waits for its copy back likewise. Copies queue per direction on the link.
+#    Copies made before they are needed (ahead of the budget, prefetches) are NOTE [
+#    Asynchronous offload ]'s.
 # 4. ``materialize`` fetches an offloaded storage where it would recompute it, and its
 #    inputs need not be resident: a fetch is a leaf of the rematerialization plan. A fetch
 #    makes room first, ticks the clock and is not a rematerialization (``stats.fetches``).
-# 5. An offloaded storage forgotten drops its host copy (``Executor.discard``).
+# 5. A storage forgotten or made external drops its host copy (``Executor.drop_copy``).
 # 6. Decisions depend only on sizes, costs and the link, so the twin replays them as the
 #    runtime's core makes them (``enable(offload=...)``; a recorded trace keeps the link).
 # 7. NOTE [ Readers before release ] skips an offloaded reader: its host copy needs nothing
 #    of the storage being released.
-# 8. Today every copy stalls the op that needed it (rule 3), so the link's queue and the
-#    device time never change a decision: an offload always costs twice its copy. They are
-#    there for copies that do not stall (asynchronous offload, prefetch: not built).
+# 8. Without ``ahead`` and a plan every copy stalls the op that needed it (rule 3): an
+#    offload costs twice its copy. NOTE [ Asynchronous offload ] moves copies off the ops'
+#    path, and there the link's queue and the device time decide.
 """
 
 from __future__ import annotations
@@ -288,7 +295,9 @@ from .backward import BackwardPins
 from .errors import BudgetError, ThrashError
 from .evict import Evictor
 from .graph import StorageGraph
-from .link import Link, offload_price
+from .link import Link
+from .offload import HostCopies, Offloader, ReadPlan
+from .plan import StepPlan
 from .remat import Rematerializer
 from .stats import CoreStats
 from .unheld import UnheldScorer
@@ -313,18 +322,19 @@ class Executor(Protocol):
         """``sid`` became external for good (:meth:`Core.externalize`): keep its buffer,
         forget how to recompute it."""
 
-    def offload(self, sid: int) -> None:
-        """Copy the buffer of resident ``sid`` to the host, then drop it from the device
-        (NOTE [ Offload ]; only with a link)."""
+    def copy_out(self, sid: int) -> None:
+        """Copy the bytes of resident ``sid`` to the host and keep its buffer; :meth:`free`
+        drops the buffer later (NOTE [ Asynchronous offload ] in offload.py; only with a
+        link). A RuntimeError: no host memory (the core drops the victim instead)."""
 
     def fetch(self, sid: int) -> None:
-        """Copy offloaded ``sid`` back to the device (room is made) and drop the host copy."""
+        """Copy ``sid``'s host copy back to the device (room is made); the copy stays."""
 
-    def discard(self, sid: int) -> None:
-        """Offloaded ``sid`` left the core: drop its host copy."""
+    def drop_copy(self, sid: int) -> None:
+        """``sid``'s host copy goes (it left the core or became external)."""
 
 
-class Core(Evictor, Rematerializer):
+class Core(Evictor, Offloader, Rematerializer):
     """The decisions of one DTR run; see the NOTEs of this module and of :mod:`.remat`.
 
     Args:
@@ -342,6 +352,11 @@ class Core(Evictor, Rematerializer):
             victim is dropped.
         always_offload: with a link, offload every victim, priced or not (the sweeps'
             "offload only").
+        ahead: with a link, copy victims out before the budget binds (NOTE [ Asynchronous
+            offload ] rule 2 in offload.py).
+        prefetch: record each step's order of reads from the first op on and, with a link,
+            copy offloaded storages back in the previous step's (NOTE [ Asynchronous
+            offload ] rule 5 in offload.py; NOTE [ Step plan ] in plan.py).
     """
 
     def __init__(
@@ -358,6 +373,8 @@ class Core(Evictor, Rematerializer):
         table_device: torch.device | str | None = None,
         link: Link | None = None,
         always_offload: bool = False,
+        ahead: bool = True,
+        prefetch: bool = False,
     ) -> None:
         self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
@@ -377,6 +394,13 @@ class Core(Evictor, Rematerializer):
         self.elapsed = 0.0  # device time, ns: the costs of what ran (NOTE [ Offload link ])
         self.link = link  # NOTE [ Offload ]
         self.always_offload = always_offload
+        self.ahead = ahead  # NOTE [ Asynchronous offload ] rule 2
+        # rule 5: the previous step's reads, recorded from the op protocol (NOTE [ Step plan
+        # ]), or a driver's own plan (``set_plan``)
+        self.steps = StepPlan() if prefetch else None
+        self.plan: ReadPlan | None = self.steps
+        self.copies = HostCopies()  # NOTE [ Asynchronous offload ] in offload.py
+        self.host, self.arriving = self.copies.host, self.copies.arriving  # read here
         # Per core id: the residency lists, indexed by sid, here; the storage graph's in
         # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
         self.state = bytearray()  # FREE / RESIDENT / EVICTED / EXTERNAL (engine/residency.py)
@@ -462,6 +486,7 @@ class Core(Evictor, Rematerializer):
             self.pins.grow()
             self.eslot.append(-1)
             self.offloaded.append(0)
+            self.copies.grow()
         if self.lazy:  # NOTE [ Lazy engine ] rule 1
             self.lazy_live[sid] = None
         elif backward and not pinned and self.pins.keeps_out(self.readers is not None):
@@ -469,6 +494,8 @@ class Core(Evictor, Rematerializer):
         else:
             self._enter(sid, pinned, backward)
         self.bytes.grow(size)
+        if self.steps is not None:  # NOTE [ Step plan ] rule 2
+            self.steps.made(sid)
         if links:  # NOTE [ Fused versions ] rules 4 and 6: the recipes its replay nests
             graph.link(sid, links, p)
             if p >= 0:  # rule 1: ``p`` leaves; its id waits for the op's end (rule 5)
@@ -482,7 +509,9 @@ class Core(Evictor, Rematerializer):
         the kept ancestor sums that count it are dropped (NOTE [ Unheld storages ] rule 6)."""
         self.graph.set_cost(sid, cost)
         slot = self.eslot[sid]
-        if slot >= 0 and not self.offloaded[sid]:  # NOTE [ Offload ] rule 2
+        if slot >= 0 and self.host[sid]:  # NOTE [ Asynchronous offload ] rule 3
+            self._price_backed(sid)
+        elif slot >= 0:
             self.engine.set_cost(slot, cost)
         if sid in self.scorer.inside:
             self.scorer.forget_ancestors(sid, False)
@@ -580,6 +609,8 @@ class Core(Evictor, Rematerializer):
         duplicates too): NOTE [ Op protocol ] rule 1 up to the op: :meth:`prepare`,
         :meth:`use_evicted`, :meth:`use` of each, :meth:`begin`. Both drivers call this;
         their inputs' buffers are resident (and kept so) once it returns."""
+        if self.steps is not None:  # NOTE [ Step plan ] rule 2
+            self.steps.read(sids)
         acc = self.bytes  # prepare, use and begin inline: once per op
         over = acc.budget is not None and acc.resident > acc.budget
         if self.lazy:
@@ -625,6 +656,8 @@ class Core(Evictor, Rematerializer):
             self.recomputed.append(sid)
         elif self.evicting:
             self.deferred.append(sid)
+        if self.arriving and sid in self.arriving:  # NOTE [ Asynchronous offload ] rule 4
+            self.wait_arrived(sid)
         slot = self.eslot[sid]
         if slot >= 0:
             self.engine.access(slot, self.now)
@@ -724,10 +757,14 @@ class Core(Evictor, Rematerializer):
         versions it fused are free again (NOTE [ Fused versions ] rule 5). ``cost``: the op's
         (ns), the device time it took (NOTE [ Offload link ] rule 2)."""
         self.elapsed += cost
+        if self.steps is not None:  # NOTE [ Step plan ] rule 2
+            self.steps.ran()
         if self.absorbed:
             self.graph.end_op()
         if self.stress:
             self.evict_all()
+        elif self.link is not None and self.bytes.budget is not None and not self.lazy:
+            self.after_op()  # NOTE [ Asynchronous offload ] rules 2 and 5
 
     def lock(self, sid: int) -> None:
         slot = self.eslot[sid]
@@ -813,7 +850,12 @@ class Core(Evictor, Rematerializer):
         self.state[sid] = EVICTED
         if self.scorer.border:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             self.scorer.forget_ancestors(sid, True)
-        self.bytes.shrink(self.size[sid])
+        size = self.size[sid]
+        self.bytes.shrink(size)
+        if self.host[sid]:  # NOTE [ Asynchronous offload ] rule 1: offloaded, copying nothing
+            self.copies.went(sid, size)
+            self.set_offloaded(sid, True)
+            self.plan_read(sid)
         if free:
             self.executor.free(sid)
 
@@ -822,53 +864,21 @@ class Core(Evictor, Rematerializer):
         gives it once the session's device is known."""
         self.link = link
 
-    def evict(self, sid: int) -> None:
-        """Evict resident, unlocked ``sid``: offloaded if that pays, else dropped."""
-        if self.link is not None and self.offload_pays(sid):
-            self.offload(sid)
-        else:
-            self.drop(sid)
+    def set_plan(self, plan: ReadPlan | None) -> None:
+        """The order of reads prefetches follow from now on (NOTE [ Asynchronous offload ]
+        rule 5 in offload.py); None: no prefetch."""
+        self.plan = plan
 
-    def offload_pays(self, sid: int) -> bool:
-        """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?"""
-        if self.always_offload:
-            return True
-        slot, eng = self.eslot[sid], self.engine
-        eng.flush()
-        recompute = self.cost[sid] + float(eng.table.host_nbhd_cost[slot])
-        return offload_price(self.size[sid], self.link, self.elapsed) < recompute
+    def set_offloaded(self, sid: int, away: bool) -> None:
+        """``sid`` is evicted with its value on the host, or no longer (NOTE [ Offload ])."""
+        self.offloaded[sid] = away
 
-    def offload(self, sid: int) -> None:
-        """Evict resident, unlocked ``sid`` by copying it to the host (NOTE [ Offload ]); a
-        copy the executor cannot make (no host memory) drops it instead."""
-        size, link = self.size[sid], self.link
-        try:
-            self.executor.offload(sid)
-        except RuntimeError:
-            self.drop(sid)
-            return
-        done = link.copy_out(size, self.elapsed)
-        self.stats.link_wait_ns += done - self.elapsed
-        self.elapsed = done  # rule 3: the op waits for the room
-        self.drop(sid, free=False)  # the executor freed the buffer once copied
-        self.offloaded[sid] = 1
-        self.engine.set_cost(self.eslot[sid], link.duration(size))  # rule 2
-        self.stats.offloads += 1
-        self.stats.offloaded_bytes += size
-        self.stats.link_busy_ns += link.duration(size)
-
-    def fetch(self, sid: int) -> None:
-        """Copy offloaded ``sid`` back (room already made: :meth:`recompute`), rule 4."""
-        size = self.size[sid]
-        self.executor.fetch(sid)  # first: a refused allocation changes nothing
-        done = self.link.copy_in(size, self.elapsed)
-        self.stats.link_wait_ns += done - self.elapsed
-        self.elapsed = done
-        self.offloaded[sid] = 0
-        self.engine.set_cost(self.eslot[sid], self.cost[sid])
-        self.stats.fetches += 1
-        self.stats.fetched_bytes += size
-        self.stats.link_busy_ns += self.link.duration(size)
+    def wait_until(self, t: float) -> None:
+        """The device waits for the link until ``t`` (ns of device time; NOTE [ Asynchronous
+        offload ] rule 4 in offload.py)."""
+        if t > self.elapsed:
+            self.stats.link_wait_ns += t - self.elapsed
+            self.elapsed = t
 
     def ran(self, cost: float) -> None:
         """A recomputation of ``cost`` ns ran (NOTE [ Offload link ] rule 2)."""
@@ -877,6 +887,8 @@ class Core(Evictor, Rematerializer):
     def externalize(self, sid: int) -> None:
         """Turn resident, unlocked ``sid`` into an external storage for good: it keeps its
         buffer and value, leaves the engine and the byte count (NOTE [ Parameter writes ])."""
+        if self.host[sid]:  # NOTE [ Asynchronous offload ] rule 1: its value may change
+            self.discard_copy(sid)
         self.bytes.shrink(self.size[sid])
         if self.lazy:
             self.lazy_live.pop(sid, None)
@@ -898,6 +910,8 @@ class Core(Evictor, Rematerializer):
         """Nothing refers to ``sid`` any more (no wrapper, no recipe): it leaves the core.
         ``absorbed``: a version another one absorbed (NOTE [ Fused versions ]): evicted, its
         reads passed to that one, its id free once the op ends."""
+        if self.host[sid]:  # NOTE [ Offload ] rule 5
+            self.discard_copy(sid)
         if not absorbed and self.state[sid] == RESIDENT:
             self.bytes.shrink(self.size[sid])
         kept_out = False
@@ -911,9 +925,6 @@ class Core(Evictor, Rematerializer):
             kept_out = True
         self.graph.remove(sid, absorbed)  # its id free at once unless absorbed
         self.state[sid] = FREE
-        if self.offloaded[sid]:  # NOTE [ Offload ] rule 5
-            self.offloaded[sid] = 0
-            self.executor.discard(sid)
         pins, scorer = self.pins, self.scorer  # the calls only when they have work: per op
         if kept_out or pins.in_bw[sid]:
             pins.forget(sid, kept_out)
@@ -966,7 +977,9 @@ class Core(Evictor, Rematerializer):
                 self.materialize(sid)
                 self.unlock(sid)
             self.externalize(sid)
-        self.pins.step_ended()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
+        self.pins.step_ended()
+        if self.steps is not None:  # NOTE [ Step plan ] rule 2
+            self.steps.step()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers
@@ -989,6 +1002,7 @@ class Core(Evictor, Rematerializer):
                 assert st != RESIDENT or pins.in_bw[sid], f"storage {sid}: kept out, unlisted"
                 continue
             assert not self.offloaded[sid] or st == EVICTED, f"storage {sid}: offloaded, {st}"
+            assert self.host[sid] >= self.offloaded[sid], f"storage {sid}: offloaded, no copy"
             assert slot >= 0 and self.sid_of[slot] == sid, f"storage {sid}: engine slot map"
             assert self.engine.is_resident(slot) == (st == RESIDENT), (
                 f"storage {sid}: residency vs engine"
@@ -998,6 +1012,12 @@ class Core(Evictor, Rematerializer):
         if self.engine is not None and not self.lazy:
             self.engine.check_invariants()
         self.scorer.check()
+        backed = sum(  # NOTE [ Asynchronous offload ] in offload.py
+            self.size[s] for s, h in enumerate(self.host) if h and self.state[s] == RESIDENT
+        )
+        assert backed == self.copies.backed, f"backed bytes {self.copies.backed} != {backed}"
+        for sid, h in enumerate(self.host):
+            assert not h or self.state[sid] in (RESIDENT, EVICTED), f"storage {sid}: a copy"
         acc = self.bytes
         assert total + acc.outside == acc.resident, (
             f"resident bytes {acc.resident} != storages {total} + outside {acc.outside}"

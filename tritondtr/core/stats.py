@@ -32,9 +32,12 @@ class CoreStats:
             reading its victims back: NOTE [ Decisions on the host ]); 0 on a host table.
         backend: where decisions were made, ``"<backend> on <table device>"`` (``"torch on
             cpu"``: the host path), once the engine exists; ``""`` before.
-        offloads: victims copied to the host instead of dropped (NOTE [ Offload ] in
-            core/core.py; 0 without a link); ``offloaded_bytes`` their bytes.
-        fetches: offloaded storages copied back; ``fetched_bytes`` their bytes.
+        offloads: storages copied to the host, as victims or ahead of the budget (NOTE [
+            Offload ] in core/core.py, NOTE [ Asynchronous offload ] in core/offload.py; 0
+            without a link); ``offloaded_bytes`` their bytes.
+        fetches: offloaded storages copied back when read; ``prefetches``: copied back
+            before (NOTE [ Asynchronous offload ] rule 5 in core/offload.py);
+            ``fetched_bytes`` the bytes of both.
         link_wait_ns: device time the ops waited for copies (out, to free room; back, to
             read), ns of the core's device time (NOTE [ Offload link ] rule 2).
         link_busy_ns: device time the link spent copying, both directions, ns.
@@ -56,5 +59,6 @@ class CoreStats:
     offloaded_bytes: int = 0
     fetches: int = 0
     fetched_bytes: int = 0
+    prefetches: int = 0
     link_wait_ns: float = 0.0
     link_busy_ns: float = 0.0

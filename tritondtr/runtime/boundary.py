@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..engine.residency import EXTERNAL, RESIDENT
 from .dynamo import opaque
 from .fsdp import storage_key
-from .recipe import Storage, derive, storage_ptr
+from .recipe import Storage, bytes_of, derive, storage_ptr
 from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
@@ -281,9 +281,13 @@ def check_invariants(session) -> None:
         else:
             res = core.state[sid] == RESIDENT
             assert res == (s.buf is not None), f"storage {sid}: buffer vs core residency"
-            assert bool(core.offloaded[sid]) == (s.host is not None), (  # NOTE [ Offload ]
-                f"storage {sid}: host copy vs core's offloaded flag"
+            assert bool(core.host[sid]) == (s.host is not None), (  # NOTE [ Offload ]
+                f"storage {sid}: host copy vs the core's"
             )
+            if res and s.host is not None:  # NOTE [ Asynchronous offload ] rule 1: backed
+                assert torch.equal(s.host[0], bytes_of(s.buf).cpu()), (
+                    f"storage {sid} ({core.name[sid]}): its bytes changed since its host copy"
+                )
             if core.lazy:  # NOTE [ Lazy engine ]: held storages are all resident
                 assert res or not core.held[sid], f"storage {sid}: held, not resident"
             if res and s.nbytes:  # NOTE [ Op semantics ] rule 8: one storage per buffer

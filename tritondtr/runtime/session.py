@@ -121,6 +121,7 @@ from .recipe import (
     Input,
     Recipe,
     Storage,
+    bytes_of,
     capture_rng,
     derive,
     rewind_rng,
@@ -207,13 +208,6 @@ class _TimelineMode(_Mode):
         return out
 
 
-def _bytes_of(buf: torch.Tensor) -> torch.Tensor:
-    """The whole untyped storage under ``buf``, as a flat uint8 tensor (NOTE [ Offload ]):
-    copied byte for byte, any layout, views and offsets included, comes back exact."""
-    st = buf.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=buf.device).set_(st, 0, (st.nbytes(),), (1,))
-
-
 class Session:
     """One ``with tritondtr.enable(...)`` block; see :func:`tritondtr.enable`.
 
@@ -238,6 +232,7 @@ class Session:
             pin_backward=config.pin_backward,
             stats=self.stats,
             table_device="cpu" if config.table is TablePlace.HOST else None,
+            prefetch=config.offload is not None,  # NOTE [ Step plan ] in core/plan.py
         )
         self._cuda = devices.cuda_available()  # NOTE [ Session device ] rule 2
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
@@ -852,25 +847,28 @@ class Session:
         """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
         self.storage(sid).recipe = None
 
-    def offload(self, sid: int) -> None:
-        """NOTE [ Offload ] in core/core.py: the bytes of resident ``sid``'s storage into host
-        memory (pinned on CUDA), then its buffer goes. A blocking copy on the current stream:
-        the device memory is free for what follows in that stream's order."""
+    def copy_out(self, sid: int) -> None:
+        """NOTE [ Asynchronous offload ] in core/offload.py: the bytes of resident ``sid``'s
+        storage into host memory (pinned on CUDA); its buffer stays until :meth:`free`. A
+        blocking copy on the current stream, so the copy is whole before anything that
+        stream runs next (a write of the next version included). On a CPU device nothing is
+        saved: the copy exists so that tests and the twin exercise offload (docs/runtime.md).
+        """
         s = self.storages[sid]()
         if s is None:  # its buffer died with it (NOTE [ Storage lifetime ] rule 5): no copy,
             return  # and nothing will ask for it
         buf = s.buf
-        data = _bytes_of(buf)
+        data = bytes_of(buf)
         if self._side_seen:  # NOTE [ Side streams ]: a side stream may still be writing it
             torch.cuda.synchronize(data.device)
         host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=data.is_cuda)
         host.copy_(data)
         s.host = (host, buf.dtype, buf.size(), buf.stride(), buf.storage_offset())
-        s.buf = None
 
     def fetch(self, sid: int) -> None:
         """Offloaded ``sid``'s storage back on the device, byte for byte, in the layout it
-        left in (a new buffer; retried after evicting if the allocator refuses it)."""
+        left in (a new buffer; retried after evicting if the allocator refuses it). The host
+        copy stays (NOTE [ Asynchronous offload ] rule 1)."""
         s = self.storage(sid)
         host, dtype, size, stride, offset = s.host
         device = self.core.device
@@ -886,10 +884,9 @@ class Session:
             s.buf = back()
         except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rule 6
             s.buf = self._after_refusal(e, back)
-        s.host = None
 
-    def discard(self, sid: int) -> None:
-        """Offloaded ``sid`` left the core: its host copy goes."""
+    def drop_copy(self, sid: int) -> None:
+        """``sid`` left the core or became external: its host copy goes."""
         s = self.storages[sid]()
         if s is not None:
             s.host = None

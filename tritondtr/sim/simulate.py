@@ -57,7 +57,8 @@ class SimResult:
     scorings: int
     wall_s: float
     action: str = "recompute"  # NOTE [ Offload ] in core/core.py: or "offload", "both"
-    offloads: int = 0
+    offloads: int = 0  # copies to the host (NOTE [ Asynchronous offload ] in core/offload.py)
+    prefetches: int = 0  # copies back before the read
     link_wait: float = 0.0  # ns the ops waited for the link
 
     @property
@@ -93,6 +94,8 @@ def simulate(
     pin_backward: bool | None = None,
     offload_bandwidth: float | str | None = None,
     action: str = "both",
+    ahead: bool = True,
+    prefetch: bool | str = True,
 ) -> SimResult:
     """Replay ``trace`` under a memory budget with one heuristic.
 
@@ -113,9 +116,15 @@ def simulate(
     link ]; runtime semantics only; None: the recorded run's, if it offloaded): victims may be
     copied to the host over that link,
     ``action="both"`` (the cheaper of a drop and an offload, NOTE [ Offload ]),
-    ``"offload"`` (every victim) or ``"recompute"`` (no link, whatever was recorded).
+    ``"offload"`` (every victim) or ``"recompute"`` (no link, whatever was recorded);
+    ``ahead``: copies out before the budget binds; ``prefetch``: copies back in the previous
+    step's order of reads (True), none (False) or in the trace's own order (``"trace"``: a
+    recorded single step replayed as a step that repeats); True and True are the runtime's
+    (NOTE [ Asynchronous offload ] in core/offload.py, NOTE [ The twin ] rule 8).
     Returns a :class:`SimResult`.
     """
+    if prefetch not in (True, False, "trace"):
+        raise ValueError(f"prefetch must be True, False or 'trace', got {prefetch!r}")
     if action not in ("both", "offload", "recompute"):
         raise ValueError(f"action must be 'both', 'offload' or 'recompute', got {action!r}")
     if action == "offload" and semantics != "runtime":
@@ -136,7 +145,7 @@ def simulate(
     if semantics == "runtime":
         return _simulate_runtime(
             trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
-            offload_bandwidth, action,
+            offload_bandwidth, action, ahead, prefetch,
         )  # fmt: skip
     if overhead_limit is None:
         overhead_limit = 2.0
@@ -199,7 +208,7 @@ def _pin_backward(trace: Trace, given: bool | None) -> bool:
 
 def _simulate_runtime(
     trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
-    offload_bandwidth, action,
+    offload_bandwidth, action, ahead, prefetch,
 ) -> SimResult:  # fmt: skip
     pin = _pin_backward(trace, pin_backward)
     if action == "recompute":
@@ -226,13 +235,21 @@ def _simulate_runtime(
         remat_limit=limit,
         link=None if offload_bandwidth is None else Link(offload_bandwidth),
         always_offload=action == "offload",
+        ahead=ahead,
+        prefetch=prefetch,
     )
     scorings = -1 if core.engine is None else core.engine.selections
     res = _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
     if offload_bandwidth is None:
         return res
     st = core.stats
-    return replace(res, action=action, offloads=st.offloads, link_wait=st.link_wait_ns)
+    return replace(
+        res,
+        action=action,
+        offloads=st.offloads,
+        prefetches=st.prefetches,
+        link_wait=st.link_wait_ns,
+    )
 
 
 def sweep(

@@ -37,10 +37,16 @@
 #    (NOTE [ Runtime annotations ] 1): its inputs are used and room is made as for any op, a
 #    BudgetError (or ThrashError) there is the recorded outcome, not a failure of the
 #    replay, and nothing else happens.
+# 8. Prefetch (NOTE [ Asynchronous offload ] rule 5 in core/offload.py): as the runtime, in
+#    the previous step's order of reads (``prefetch=True``, the core's NOTE [ Step plan ]:
+#    the same calls, so the same prefetches), none (False), or in the trace's own order
+#    (``"trace"``, standing for the previous step's: a recorded single step, replayed as a
+#    step that repeats).
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 import time
 from collections.abc import Callable
@@ -90,13 +96,13 @@ class _Counter:
     def keep(self, sid: int) -> None:
         pass
 
-    def offload(self, sid: int) -> None:  # NOTE [ Offload ] in core/core.py: the core
+    def copy_out(self, sid: int) -> None:  # NOTE [ Offload ] in core/core.py: the core
         pass  # counts the bytes and the link's time
 
     def fetch(self, sid: int) -> None:
         pass
 
-    def discard(self, sid: int) -> None:
+    def drop_copy(self, sid: int) -> None:
         pass
 
 
@@ -114,11 +120,15 @@ def replay_runtime(
     reuse: int = 0,
     link: Link | None = None,
     always_offload: bool = False,
+    ahead: bool = True,
+    prefetch: bool | str = True,
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
     run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]; ``link``:
-    offload over it too, priced or ``always_offload`` (NOTE [ Offload ] in core/core.py).
+    offload over it too, priced or ``always_offload`` (NOTE [ Offload ] in core/core.py),
+    copying ahead of the budget (``ahead``) and prefetching (``prefetch``: True, False or
+    ``"trace"``, rule 8; NOTE [ Asynchronous offload ] in core/offload.py).
     Returns the run's counters and the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
@@ -131,9 +141,14 @@ def replay_runtime(
         reuse=reuse,
         link=link,
         always_offload=always_offload,
+        ahead=ahead,
+        prefetch=prefetch is True and link is not None,
     )
     counter.core = core
     run = _Twin(trace, core, torch.device(device or "cpu"))
+    if prefetch == "trace" and link is not None:
+        run.plan = _Plan(run)
+        core.set_plan(run.plan)
     collecting = gc.isenabled()
     gc.disable()  # the replay makes no reference cycles (see replay.py)
     t0 = time.perf_counter()
@@ -178,6 +193,8 @@ class _Twin:
         self.refs = [0] * n  # per base tensor
         self.handed = bytearray(n)  # per base tensor: its version was written in place
         self.compute = 0.0
+        self.op = -1  # the op replayed now
+        self.plan: _Plan | None = None  # rule 8
         tr = trace
         self.in_ptr, self.inputs = tr.in_ptr.tolist(), tr.inputs.tolist()
         self.in_flags = tr.in_flags.tolist()
@@ -231,6 +248,7 @@ class _Twin:
 
     def _call(self, o: int) -> None:
         """NOTE [ The twin ] rule 2."""
+        self.op = o
         if self.flags[self.out_ptr[o]] & _FAILED:
             return self._attempt(o)
         core, base, sid_of = self.core, self.base, self.sid
@@ -280,6 +298,8 @@ class _Twin:
                 sid_of[base[inputs[lo + w]]] = -1
             base[t] = t
             refs[t] = 1
+            if self.plan is not None:
+                self.plan.tensor_of[sid_of[t]] = t
         core.end(cost)
 
     def _used(self, o: int, parents: list[int]) -> list[int]:
@@ -311,3 +331,38 @@ class _Twin:
             pass
         finally:
             core.release_inputs()
+
+
+class _Plan:
+    """Rule 8: the ops that read each base tensor, from the trace (the twin's bases, found
+    statically: a view's is its input's, a tracked output is its own)."""
+
+    def __init__(self, run: _Twin) -> None:
+        self.run = run
+        self.tensor_of: dict[int, int] = {}  # core id -> the base tensor it is now
+        base, reads = [-1] * len(run.size), {}
+        inputs, alias, flags = run.inputs, run.alias, run.flags
+        for o in range(len(run.out_ptr) - 1):
+            lo = run.in_ptr[o]
+            for p in range(lo, run.in_ptr[o + 1]):
+                b = base[inputs[p]]
+                if b >= 0:
+                    reads.setdefault(b, []).append(o)
+            for t in range(run.out_ptr[o], run.out_ptr[o + 1]):
+                a = alias[t]
+                if a >= 0:
+                    base[t] = base[inputs[lo + a]]
+                elif not flags[t] & _UNTRACKED:
+                    base[t] = t
+        self.reads = reads
+
+    def position(self) -> int:
+        return self.run.op + 1
+
+    def next_read(self, sid: int) -> int | None:
+        t = self.tensor_of.get(sid)
+        ops = self.reads.get(t) if t is not None else None
+        if not ops:
+            return None
+        i = bisect.bisect_left(ops, self.run.op + 1)
+        return ops[i] if i < len(ops) else None

@@ -1,0 +1,241 @@
+"""NOTE [ Asynchronous offload ] in tritondtr/core/offload.py: host copies that outlive their
+eviction, copies out ahead of the budget, prefetches in a plan's order, and the waits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.core_executor import Counting
+from tritondtr.core import Core
+from tritondtr.core.link import Link
+from tritondtr.core.plan import StepPlan
+from tritondtr.engine.residency import EVICTED, RESIDENT
+
+CPU = torch.device("cpu")
+
+
+def _core(budget: int, plan=None) -> tuple[Core, Counting]:
+    ex = Counting()
+    core = Core(budget, "lru", ex, backend="torch", link=Link("1GB/s"))  # 1 byte per ns
+    core.start(CPU)
+    core.sync()
+    core.set_plan(plan)
+    return core, ex
+
+
+def _op(core: Core, name: str, size: int, cost: float, inputs=(), took=None) -> int:
+    """An op whose output costs ``cost`` ns to recompute; it ran ``took`` (default: cost)."""
+    core.enter(name, list(inputs))
+    core.release_inputs()
+    sid = core.new(size, cost, tuple(inputs), name)
+    core.end(cost if took is None else took)
+    return sid
+
+
+def _use(core: Core, sid: int, cost: float = 1.0) -> None:
+    core.enter("read", [sid])
+    core.release_inputs()
+    core.end(cost)
+
+
+class Plan:
+    """A plan by hand: ``reads[sid]`` the op numbers that read it; ``op`` the next op."""
+
+    def __init__(self) -> None:
+        self.reads: dict[int, list[int]] = {}
+        self.op = 0
+
+    def position(self) -> int:
+        return self.op
+
+    def next_read(self, sid: int) -> int | None:
+        later = [o for o in self.reads.get(sid, ()) if o >= self.op]
+        return min(later) if later else None
+
+
+def test_a_copy_ahead_makes_the_later_eviction_free():
+    """Rule 2: once the room not yet backed is below one op's output, the heuristic's next
+    victim is copied out while the ops run; the eviction then waits for nothing."""
+    core, ex = _core(300)
+    a, b, c = (_op(core, n, 100, 1e6) for n in "abc")  # 1 ms each; a copy takes 100 ns
+    assert ex.copied == [a] and core.host[a] and core.state[a] == RESIDENT
+    assert core.copies.backed == 100 and core.resident == 300
+    assert core.engine.table.host_cost[core.eslot[a]] == pytest.approx(100)  # rule 3
+    _op(core, "d", 100, 1e6)  # fits: 300 <= 300 before it; b is copied after it
+    assert ex.copied == [a, b] and ex.freed == []
+    _op(core, "e", 100, 1e6)  # 400 > 300: lru's victim a is backed, its copy long done
+    assert ex.freed == [a] and core.offloaded[a] and core.state[a] == EVICTED
+    st = core.stats
+    assert ex.copied == [a, b, c] and st.link_wait_ns == 0 and st.evictions == 1
+    assert st.offloads == 3 and st.offloaded_bytes == 300
+    assert st.link_busy_ns == pytest.approx(300)
+    core.check_invariants()
+
+
+def test_a_backed_victim_cheaper_to_recompute_now_is_dropped_with_its_copy():
+    """Rule 3: a victim is priced when evicted; a measurement arriving after its copy ahead
+    (NOTE [ Cost models ] rule 10) can make the drop the cheaper action."""
+    core, ex = _core(250)
+    a, _ = (_op(core, n, 100, 1e6) for n in "ab")
+    assert ex.copied == [a]
+    core.set_cost(a, 5.0)
+    assert core.engine.table.host_cost[core.eslot[a]] == 5  # the lower of the two
+    _op(core, "c", 100, 1e6)
+    _op(core, "d", 100, 1e6)  # 300 > 250: a goes, dropped
+    assert ex.discarded == [a] and ex.freed[:1] == [a]
+    assert not core.offloaded[a] and not core.host[a] and core.state[a] == EVICTED
+    _use(core, a)
+    assert ex.recomputed == [a] and ex.fetched == []
+    core.check_invariants()
+
+
+def test_dropping_a_storage_whose_copy_is_in_flight_waits_for_it():
+    """Rule 4: ops that ran 10 ns, a copy of 100: the eviction right after waits 90 ns."""
+    core, ex = _core(250)
+    a, _ = (_op(core, n, 100, 1e6, took=10.0) for n in "ab")
+    issued = core.elapsed  # a's copy was issued at the end of b
+    assert ex.copied == [a]
+    _op(core, "c", 100, 1e6, took=10.0)  # fits; the link is busy: nothing more is copied
+    assert ex.copied == [a]
+    _op(core, "d", 100, 1e6, took=10.0)
+    assert core.offloaded[a] and ex.freed == [a]
+    assert core.stats.link_wait_ns == pytest.approx(issued + 100 - (issued + 10))
+    core.check_invariants()
+
+
+def test_a_cheap_storage_is_not_copied_ahead():
+    """Rule 2: a copy back of 100 ns does not pay for a storage recomputed in 5."""
+    core, ex = _core(300)
+    for n in "abcd":
+        _op(core, n, 100, 5.0)
+    assert ex.copied == [] and core.stats.offloads == 0
+
+
+def test_a_fetched_storage_stays_backed_and_its_next_eviction_copies_nothing():
+    core, ex = _core(250)
+    a = _op(core, "a", 100, 1e6)
+    _op(core, "b", 100, 1e6)
+    _op(core, "c", 100, 1e6)  # a copied ahead after b
+    _op(core, "d", 100, 1e6)  # 300 > 250: a evicted, copying nothing
+    assert core.offloaded[a] and ex.copied.count(a) == 1
+    _use(core, a)
+    assert ex.fetched == [a] and core.host[a] and not core.offloaded[a]
+    copies = core.stats.offloads
+    while core.state[a] == RESIDENT:
+        _op(core, "more", 100, 1e6)
+    assert core.offloaded[a] and ex.copied.count(a) == 1
+    assert core.stats.offloads >= copies  # others may be copied ahead; a is not again
+    core.check_invariants()
+
+
+@pytest.mark.parametrize("how", ["release", "hand_out", "forget", "externalize"])
+def test_what_a_host_copy_survives(how):
+    """Rule 1: a released or handed-out storage (its value unchanged: a write makes a new
+    version) is offloaded, fetched rather than recomputed; one forgotten or made external
+    (its value may change: parameter writes) loses its copy."""
+    core, ex = _core(300)
+    a, _, _ = (_op(core, n, 100, 1e6) for n in "abc")
+    assert core.host[a] and core.state[a] == RESIDENT
+    if how in ("release", "hand_out"):
+        getattr(core, how)(a)
+        assert core.offloaded[a] and core.copies.backed == 0
+        core.materialize(a)
+        core.unlock(a)
+        assert ex.fetched == [a] and ex.recomputed == []
+    elif how == "forget":
+        core.release(a)
+        core.forget(a)
+        assert not core.host[a] and ex.discarded == [a]
+    else:
+        core.externalize(a)
+        assert not core.host[a] and ex.discarded == [a] and core.copies.backed == 0
+    core.check_invariants()
+
+
+def test_a_prefetch_brings_back_what_the_plan_reads_next_and_the_reader_waits_for_it():
+    """Rule 5: after an op, with the host-to-device link idle and room, the offloaded
+    storage the plan reads next (within PREFETCH_OPS ops) comes back; an op reading it
+    before it arrived waits for the rest of its copy."""
+    plan = Plan()
+    core, ex = _core(250, plan)
+    a = _op(core, "a", 100, 1e6)
+    plan.reads[a] = [10]
+    b = _op(core, "b", 100, 1e6)
+    c = _op(core, "c", 100, 1e6)
+    d = _op(core, "d", 100, 1e6)  # a evicted (offloaded) before d
+    assert core.offloaded[a] and core.copies.waiting == [(10, a)]
+    core.release(b)
+    core.release(c)  # 150 bytes free: room for a, not above one op's output
+    plan.op = 4
+    _op(core, "e", 10, 5.0)
+    assert ex.fetched == []
+    core.release(d)  # 250 free
+    plan.op = 5
+    _op(core, "f", 10, 5.0)
+    assert ex.fetched == [a] and core.state[a] == RESIDENT and core.host[a]
+    st = core.stats
+    assert (st.prefetches, st.fetches, st.fetched_bytes) == (1, 0, 100)
+    arrives = core.arriving[a]
+    assert arrives == pytest.approx(core.elapsed + 100)
+    plan.op = 10
+    _use(core, a)
+    assert st.link_wait_ns == pytest.approx(100) and a not in core.arriving
+    core.check_invariants()
+
+
+def test_a_prefetch_never_evicts_and_waits_for_the_plan_window():
+    plan = Plan()
+    core, ex = _core(250, plan)
+    a = _op(core, "a", 100, 1e6)
+    plan.reads[a] = [200]
+    for n in "bcd":
+        _op(core, n, 100, 1e6)
+    assert core.offloaded[a]
+    plan.op = 100  # a is read 100 ops ahead: beyond the window
+    _op(core, "e", 1, 1.0)
+    assert ex.fetched == []
+    plan.op = 190  # within it, but no room below the budget minus one op's output
+    _op(core, "f", 1, 1.0)
+    assert ex.fetched == [] and core.stats.prefetches == 0
+    core.check_invariants()
+
+
+def test_without_ahead_every_copy_is_made_for_room():
+    ex = Counting()
+    core = Core(300, "lru", ex, backend="torch", link=Link("1GB/s"), ahead=False)
+    core.start(CPU)
+    core.sync()
+    for n in "abcd":
+        _op(core, n, 100, 1e6)
+    assert ex.copied == [] and core.stats.offloads == 0
+    _op(core, "e", 100, 1e6)
+    assert len(ex.copied) == 1 and core.stats.link_wait_ns == pytest.approx(100)
+
+
+def test_the_step_plan_reads_the_previous_step_by_where_each_storage_was_made():
+    """NOTE [ Step plan ]: storages are keyed by (op number in the step, output place); the
+    plan of a step is the previous step's reads; storages made before the step have none."""
+    plan = StepPlan()
+
+    def step(sids_made: list[int], reads: list[list[int]]) -> None:
+        for made, read in zip(sids_made, reads):
+            plan.read(read)
+            if made >= 0:
+                plan.made(made)
+            plan.ran()
+        plan.step()
+
+    assert plan.next_read(0) is None  # nothing recorded yet
+    step([10, 11, -1, -1], [[99], [10], [11, 10], [10]])  # 99: made before the step
+    plan.read([7])
+    plan.made(20)  # the same place as 10 last step, another sid
+    plan.ran()
+    assert plan.position() == 1
+    assert plan.next_read(20) == 1 and plan.next_read(99) is None
+    plan.read([20])
+    plan.made(21)
+    plan.ran()
+    plan.read([21, 20])
+    plan.ran()  # position 3: 20 (made where 10 was) is read at 3 next; 21 never again
+    assert plan.next_read(20) == 3 and plan.next_read(21) is None
