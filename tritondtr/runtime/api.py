@@ -75,8 +75,10 @@ def enable(
             (the default), ``True`` (the link's bandwidth measured once per device), or its
             bandwidth (``"25GB/s"``, bytes per second, ``"pcie5"``). On a CPU session the
             host copy is CPU memory too: no memory is saved; it is there for tests and the
-            twin. ``stats`` counts ``offloads``, ``offloaded_bytes``, ``fetches``,
-            ``fetched_bytes``, ``link_busy_ns`` and ``link_wait_ns``.
+            twin. Copies are made ahead of the budget and brought back ahead of the read in
+            the previous step's order (NOTE [ Asynchronous offload ] in core/offload.py).
+            ``stats`` counts ``offloads``, ``offloaded_bytes``, ``fetches``,
+            ``prefetches``, ``fetched_bytes``, ``link_busy_ns`` and ``link_wait_ns``.
 
     Raises:
         ValueError: an argument is invalid (the message says what was expected).
