@@ -1,8 +1,9 @@
 """DistributedDataParallel (gloo, two CPU processes) gives the same gradients with tritondtr.
 
-Each rank trains the same seeded model on its own shard: once in eager mode, once under a
-budget of half the rank's measured baseline peak and once under the stress setting. DDP
-averages gradients across ranks in its reducer hooks, which run inside the backward pass, so
+Each rank trains the same seeded model on its own shard: once in eager mode, twice under a
+budget of half the rank's measured baseline peak (recomputing; offloading every victim) and
+once under the stress setting. DDP averages gradients across ranks in its reducer hooks,
+which run inside the backward pass, so
 the all-reduced gradients must be ``torch.equal`` to eager's on every rank, and equal across
 ranks. Each rank writes its results to a file; the test process compares them.
 
@@ -101,6 +102,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 )
                 st = session.stats
                 results[name + " stats"] = (st.peak_bytes, st.evictions, st.rematerializations)
+                results[name + " offload"] = (st.offloads, st.fetches + st.prefetches)
             except Exception as e:
                 results[name] = f"{type(e).__name__}: {e}"
 
@@ -114,6 +116,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         peak = results["unlimited stats"][0] if "unlimited stats" in results else 4096
         attempt("half", budget=peak // 2)
         attempt("stress", stress=True)
+        attempt("half, offload", budget=peak // 2, offload="1TB/s")  # every victim offloaded
         results["grad types"] = [type(p.grad).__name__ for p in ddp.parameters()]
         results["fresh"] = _fresh_ddp_inside_context(x, y, results["eager"])
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -179,7 +182,7 @@ def ranks(tmp_path_factory) -> list[dict]:
 def test_ddp_gloo_gradients_equal_eager(ranks):
     for r, res in enumerate(ranks):
         ref_loss, ref_grads = res["eager"]
-        for name in ("unlimited", "half", "stress"):
+        for name in ("unlimited", "half", "stress", "half, offload"):
             assert not isinstance(res[name], str), f"rank {r}, {name}: {res[name]}"
             loss, grads = res[name]
             assert torch.equal(loss, ref_loss), f"rank {r}, {name}: loss differs from eager"
@@ -189,6 +192,9 @@ def test_ddp_gloo_gradients_equal_eager(ranks):
         for name in ("half", "stress"):
             _, evictions, remats = res[name + " stats"]
             assert evictions > 0 and remats > 0, (name, evictions, remats)
+        offloads, back = res["half, offload offload"]
+        assert res["half, offload stats"][1] > 0 and offloads > 0 and back > 0
+        assert res["half, offload stats"][2] == 0  # NOTE [ Offload ]: nothing recomputed
         assert res["grad types"] == ["Tensor"] * len(ref_grads), (
             "parameter gradients must stay plain tensors"
         )

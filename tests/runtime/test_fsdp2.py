@@ -2,9 +2,10 @@
 
 A small transformer-like stack, each block and the root ``fully_shard``-ed, one AdamW step: the
 loss, every rank's local gradient shards (``p.grad.to_local()``) and updated parameter shards
-under ``stress`` and under 30 % of the rank's baseline peak are ``torch.equal`` to FSDP2
-without tritondtr (NOTE [ FSDP2 ] in tritondtr/runtime/fsdp.py). So are two steps in one
-session, each accumulating two backward passes, at 30 %: the optimizer's writes to the
+under ``stress`` and under 30 % of the rank's baseline peak, recomputing or offloading, are
+``torch.equal`` to FSDP2 without tritondtr (NOTE [ FSDP2 ] in tritondtr/runtime/fsdp.py). So
+are two steps in one session, each accumulating two backward passes, at 30 % (with offload,
+the second step prefetches in the first one's order): the optimizer's writes to the
 sharded parameters freeze (rule 5), and what was kept for a block is released when FSDP2
 all-gathers it again. The harness is
 tests/runtime/test_ddp.py's (NOTE [ DDP test harness ] rules 1 and 2): spawned workers, a process
@@ -34,7 +35,14 @@ pytestmark = pytest.mark.skipif(
 WORLD = 2
 DEADLINE_S = 120.0  # whole test, spawn included (each worker imports torch)
 PG_TIMEOUT_S = 60.0  # per collective
-SETTINGS = ("unlimited", "stress", "30%", "30%, 2 steps of 2")
+SETTINGS = (
+    "unlimited",
+    "stress",
+    "30%",
+    "30%, 2 steps of 2",
+    "30%, offload",
+    "30%, offload, 2 steps of 2",
+)
 
 
 class Block(nn.Module):
@@ -104,6 +112,7 @@ def _step(x, y, kw: dict | None, steps: int = 1, micro: int = 1) -> dict:
     if session is not None:
         st = session.stats
         out["stats"] = (st.peak_bytes, st.evictions, st.rematerializations)
+        out["offload"] = (st.offloads, st.fetches, st.prefetches)
         out["cuts"] = dict(session.fsdp.cuts)
     return out
 
@@ -129,6 +138,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             else:
                 peak = results["unlimited"]["stats"][0]
                 kw = {"budget": int(peak * 0.3)}
+                if "offload" in name:  # a link far faster than any CPU op: all offloaded
+                    kw["offload"] = "1TB/s"
             try:
                 results[name] = _step(x, y, kw, *((2, 2) if "steps" in name else ()))
                 results[name]["budget"] = kw.get("budget")
@@ -184,8 +195,14 @@ def test_fsdp2_step_equals_fsdp2_without_tritondtr(ranks, name):
                 assert torch.equal(a, b), f"rank {r}, {name}: {what} {k} differs from FSDP2"
         assert got["grad types"] == ["Tensor"], got["grad types"]
         peak, evictions, remats = got["stats"]
+        offloads, fetches, prefetches = got["offload"]
         if name == "unlimited":
             assert evictions == 0 and remats == 0
+        elif "offload" in name:  # NOTE [ Asynchronous offload ]: every victim to the host
+            assert evictions > 0 and offloads > 0 and fetches + prefetches > 0, got["offload"]
+            assert remats == 0, remats
+            if "steps" in name:  # the second step prefetches in the first one's order
+                assert prefetches > 0, got["offload"]
         else:
             assert evictions > 0 and remats > 0, (name, evictions, remats)
         if name.startswith("30%"):
