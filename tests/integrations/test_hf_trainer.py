@@ -2,7 +2,8 @@
 (docs/integrations.md). A GPT-2 built from config (no download) trains 4 optimizer steps of 2
 accumulated micro-batches, evaluates every 2 steps and saves a checkpoint at the end; at half
 its measured peak the parameters, the logged losses and the saved checkpoint equal the run
-without tritondtr, bit for bit."""
+without tritondtr, bit for bit; so they do at half and 30 % with offload (NOTE [ Offload ]),
+where steps after the first prefetch in the previous one's order."""
 
 from __future__ import annotations
 
@@ -54,12 +55,12 @@ def _trainer(out, *, bf16: bool, checkpointing: bool):
     )
 
 
-def _train(out, budget, *, session: bool = True, **kw):
+def _train(out, budget, *, session: bool = True, offload=False, **kw):
     trainer = _trainer(out, **kw)
     if not session:
         trainer.train()
         return trainer, None
-    with tritondtr.enable(budget=budget) as s:  # the recipe: the whole train() inside
+    with tritondtr.enable(budget=budget, offload=offload) as s:  # the whole train() inside
         trainer.train()
     return trainer, s.stats
 
@@ -90,6 +91,21 @@ def test_trainer_train_inside_one_session(tmp_path, bf16, checkpointing):
     saved = safetensors_torch.load_file(tmp_path / "dtr" / "checkpoint-4" / "model.safetensors")
     want = eager.model.state_dict()
     assert saved and all(torch.equal(t, want[k]) for k, t in saved.items())
+    assert stats.offloads == 0
     if bf16:  # autocast ran: its casts were tracked and recomputed like any op
         assert trainer.accelerator.mixed_precision == "bf16"
         assert stats.op_counts["aten._to_copy.default"] > 0
+
+
+@pytest.mark.parametrize("share", [0.5, 0.3], ids=["50pct", "30pct"])
+def test_trainer_train_with_offload_inside_one_session(tmp_path, share):
+    eager, _ = _train(tmp_path / "eager", None, session=False, bf16=False, checkpointing=False)
+    _, measured = _train(tmp_path / "measure", None, bf16=False, checkpointing=False)
+    budget = int(measured.peak_bytes * share)
+    trainer, stats = _train(
+        tmp_path / "dtr", budget, offload="1TB/s", bf16=False, checkpointing=False
+    )  # a link far faster than any CPU op: every victim offloaded
+    assert stats.evictions > 0 and stats.peak_bytes <= budget + stats.max_op_out_bytes
+    assert_same_parameters(trainer.model, eager.model)
+    assert _logged(trainer) == _logged(eager)
+    assert stats.offloads > 0 and stats.prefetches > 0 and stats.rematerializations == 0

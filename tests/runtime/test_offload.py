@@ -166,7 +166,9 @@ def test_offload_true_measures_the_link_once():
 
 @pytest.mark.gpu
 def test_cuda_step_with_offload_to_pinned_memory_equals_eager():
-    """The CUDA path: host copies in pinned memory, device buffers rebuilt byte for byte."""
+    """The CUDA path: host copies in pinned memory on the session's copy stream, device
+    buffers rebuilt byte for byte (NOTE [ Host copies on CUDA ]); three steps, so the
+    later ones prefetch."""
 
     def case():
         c = make("gpt", scale=2)
@@ -181,13 +183,59 @@ def test_cuda_step_with_offload_to_pinned_memory_equals_eager():
         with rt.enable(budget=None) as s0:
             c = case()
             train_step(c, torch.optim.Adam(c.model.parameters(), lr=1e-2))
+        ref_opt = torch.optim.Adam(ref.model.parameters(), lr=1e-2)
+        for _ in range(2):
+            ref_loss = train_step(ref, ref_opt).detach()
         c = case()
+        opt = torch.optim.Adam(c.model.parameters(), lr=1e-2)
         with rt.enable(budget=int(0.3 * s0.stats.peak_bytes), offload="pcie5") as s:
-            loss = rt.unwrap(train_step(c, torch.optim.Adam(c.model.parameters(), lr=1e-2)))
+            for _ in range(3):
+                loss = rt.unwrap(train_step(c, opt))
     finally:
         torch.use_deterministic_algorithms(False)
     _equal(c, loss.detach(), ref, ref_loss)
-    assert s.stats.offloads > 0 and s.stats.fetches > 0
+    assert s.stats.offloads > 0 and s.stats.fetches + s.stats.prefetches > 0
+    assert s.stats.prefetches > 0
+
+
+@pytest.mark.gpu
+def test_cuda_copies_are_ordered_on_the_device_without_host_waits():
+    """NOTE [ Host copies on CUDA ] rules 3 to 5: a write right after a copy out, and a
+    read right after a copy back, see the bytes they should, with no host synchronization
+    between (the copies are 64 MiB, so an unordered kernel would overtake them)."""
+    from tritondtr.runtime.copies import HostLink
+
+    dev = torch.device("cuda")
+    link = HostLink(dev)
+    x = torch.randn(16 * 2**20, device=dev)
+    want = x.clone()
+    host = link.copy_out(0, x)
+    assert 0 in link.pending
+    link.order([0])  # the write below waits for the copy out, on the device
+    x.mul_(-1)
+    back = link.copy_back(1, host, x.dtype, x.size(), x.stride(), 0)
+    link.order([1])
+    got = back * 1  # a read right behind the copy back
+    assert torch.equal(got, want)
+    link.settle()
+    assert not link.pending
+    assert torch.equal(host.view(torch.float32), want.cpu())
+    assert host.is_pinned()
+
+
+def test_the_cpu_host_link_copies_any_layout_exactly():
+    """NOTE [ Host copies on CUDA ] rule 6: on a CPU device the copies are plain, whole
+    storages, so a strided view with an offset comes back as it left; nothing is pending."""
+    from tritondtr.runtime.copies import HostLink
+
+    link = HostLink(torch.device("cpu"))
+    base = torch.arange(60, dtype=torch.float64)
+    v = base[3:].view(19, 3)[::2].t()  # strided, offset 3
+    host = link.copy_out(5, v)
+    assert host.numel() == base.numel() * 8 and not link.pending
+    back = link.copy_back(5, host, v.dtype, v.size(), v.stride(), v.storage_offset())
+    assert torch.equal(back, v) and back.stride() == v.stride()
+    assert back.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
 
 
 def test_a_victim_whose_storage_already_died_is_offloaded_without_a_copy():

@@ -290,6 +290,16 @@ def test_cli_offload_bandwidth_runs_each_action(tmp_path, capsys):
     plain = simulate(tritondtr.sim.load_trace(path), "dtr_eq", ratio=0.4, semantics="runtime")
     assert int(rows["recompute"]["remats"]) == plain.remats
     assert int(rows["offload"]["remats"]) == 0 and int(rows["offload"]["offloads"]) > 0
+    assert main([*argv, "--offload-bandwidth", "pcie5", "--prefetch", "trace"]) == 0
+    with open(tmp_path / "results.csv") as f:  # a one-step trace: its own order as the plan
+        both = {r["action"]: r for r in csv.DictReader(f)}["both"]
+    want = simulate(
+        tritondtr.sim.load_trace(path), ratio=0.4, semantics="runtime",
+        offload_bandwidth="pcie5", prefetch="trace",
+    )  # fmt: skip
+    assert float(both["overhead"]) == pytest.approx(want.overhead) and want.prefetches > 0
+    with pytest.raises(ValueError, match="prefetch must be"):
+        simulate(tritondtr.sim.load_trace(path), ratio=0.5, semantics="runtime", prefetch="x")
     for bad, says in (("fast", "cannot read bandwidth 'fast'"), ("0GB/s", "positive")):
         with pytest.raises(SystemExit) as e:
             main([*argv, "--offload-bandwidth", bad])

@@ -40,9 +40,10 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..engine.residency import EXTERNAL, RESIDENT
+from .copies import bytes_of
 from .dynamo import opaque
 from .fsdp import storage_key
-from .recipe import Storage, bytes_of, derive, storage_ptr
+from .recipe import Storage, derive, storage_ptr
 from .semantics import ONE, bump_versions
 from .tensor import WRAPPER_TYPES, DTRTensor
 
@@ -75,6 +76,8 @@ def value(session, t: DTRTensor, *, escape: bool) -> torch.Tensor:
                     observer.materialized(s.sid)
                 core.materialize(s.sid)
                 core.unlock(s.sid)
+            if session.host_link.pending:  # NOTE [ Host copies on CUDA ] rule 5
+                session.host_link.order((s.sid,))
             buf = s.buf
             if escape:
                 cell.storage = Storage(buf, s.nbytes, -1, None, -1, session.released)
@@ -270,6 +273,7 @@ def check_invariants(session) -> None:
         return
     with _disable_current_modes():  # the engine's checks run torch ops: never our own
         core.check_invariants(ops_in_flight=session.depth > 0)
+        session.host_link.settle()  # NOTE [ Host copies on CUDA ]: the host copies are whole
     pending = set(session.released)
     owner: dict[int, int] = {}  # data_ptr of a resident tracked buffer -> its sid
     for sid, ref in enumerate(session.storages):

@@ -119,7 +119,6 @@ __all__ = [
     "Mode",
     "Recipe",
     "Storage",
-    "bytes_of",
     "blank",
     "derive",
     "geometry",
@@ -165,14 +164,6 @@ class Input(NamedTuple):
     view: tuple | None
     version: int | None
     mode: int
-
-
-def bytes_of(buf: torch.Tensor) -> torch.Tensor:
-    """The whole untyped storage under ``buf``, as a flat uint8 tensor (NOTE [ Offload ] in
-    core/core.py): copied byte for byte, any layout, views and offsets included, comes back
-    exact."""
-    st = buf.untyped_storage()
-    return torch.empty(0, dtype=torch.uint8, device=buf.device).set_(st, 0, (st.nbytes(),), (1,))
 
 
 class Storage:

@@ -103,6 +103,7 @@ from ..units import format_bytes
 from . import boundary, collector, plaindata
 from . import device as devices
 from .config import TablePlace
+from .copies import HostLink
 from .cost import CostModel, price, resolve
 from .dynamo import OPAQUE, opaque
 from .errors import UnsupportedOpError
@@ -121,7 +122,6 @@ from .recipe import (
     Input,
     Recipe,
     Storage,
-    bytes_of,
     capture_rng,
     derive,
     rewind_rng,
@@ -234,6 +234,7 @@ class Session:
             table_device="cpu" if config.table is TablePlace.HOST else None,
             prefetch=config.offload is not None,  # NOTE [ Step plan ] in core/plan.py
         )
+        self.host_link = HostLink(torch.device("cpu"))  # NOTE [ Host copies on CUDA ]
         self._cuda = devices.cuda_available()  # NOTE [ Session device ] rule 2
         self._warned_device = config.device is not None  # ibid. rule 3: once, unless named
         self._streams: torch.cuda.Stream | None = None  # NOTE [ Side streams ]: default
@@ -537,6 +538,8 @@ class Session:
                         copy = self._copy(e.source)
                         inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
             core.enter(info.name, parents)  # resident and kept so: their buffers now
+            if self.host_link.pending:  # NOTE [ Host copies on CUDA ] rule 5
+                self.host_link.order(parents)
             if parents:
                 for e in inputs:
                     if e.mode <= WRITE:
@@ -674,6 +677,7 @@ class Session:
         if self.config.offload is not None:  # NOTE [ Offload ] in core/core.py
             bw = self.config.offload
             self.core.set_link(Link(devices.link_bandwidth(device) if bw is True else bw))
+            self.host_link = HostLink(device)
 
     def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
         """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
@@ -809,6 +813,10 @@ class Session:
             devices.check_precision(self._precision, rec.info.name)
         if self._side_seen:  # NOTE [ Side streams ] rule 4
             self._side_streams(rec.inputs)
+        if self.host_link.pending:  # NOTE [ Host copies on CUDA ] rule 5
+            self.host_link.order(self.core.inputs[sid])
+            if consume >= 0:
+                self.host_link.order((consume,))
         clock = self.clock  # NOTE [ Device time ] in events.py
         t0 = time.perf_counter() if clock is None else clock.start()
         try:
@@ -849,20 +857,17 @@ class Session:
 
     def copy_out(self, sid: int) -> None:
         """NOTE [ Asynchronous offload ] in core/offload.py: the bytes of resident ``sid``'s
-        storage into host memory (pinned on CUDA); its buffer stays until :meth:`free`. A
-        blocking copy on the current stream, so the copy is whole before anything that
-        stream runs next (a write of the next version included). On a CPU device nothing is
-        saved: the copy exists so that tests and the twin exercise offload (docs/runtime.md).
-        """
+        storage into host memory; its buffer stays until :meth:`free`. On CUDA a pinned
+        block, copied on the session's copy stream (NOTE [ Host copies on CUDA ]). On a CPU
+        device nothing is saved: the copy exists so that tests and the twin exercise
+        offload (docs/runtime.md)."""
         s = self.storages[sid]()
         if s is None:  # its buffer died with it (NOTE [ Storage lifetime ] rule 5): no copy,
             return  # and nothing will ask for it
         buf = s.buf
-        data = bytes_of(buf)
         if self._side_seen:  # NOTE [ Side streams ]: a side stream may still be writing it
-            torch.cuda.synchronize(data.device)
-        host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=data.is_cuda)
-        host.copy_(data)
+            torch.cuda.synchronize(buf.device)
+        host = self.host_link.copy_out(sid, buf)
         s.host = (host, buf.dtype, buf.size(), buf.stride(), buf.storage_offset())
 
     def fetch(self, sid: int) -> None:
@@ -870,15 +875,10 @@ class Session:
         left in (a new buffer; retried after evicting if the allocator refuses it). The host
         copy stays (NOTE [ Asynchronous offload ] rule 1)."""
         s = self.storage(sid)
-        host, dtype, size, stride, offset = s.host
-        device = self.core.device
+        link = self.host_link
 
         def back() -> torch.Tensor:
-            data = torch.empty(host.numel(), dtype=torch.uint8, device=device)
-            data.copy_(host)
-            return torch.empty(0, dtype=dtype, device=device).set_(
-                data.untyped_storage(), offset, size, stride
-            )
+            return link.copy_back(sid, *s.host)
 
         try:
             s.buf = back()
@@ -886,7 +886,10 @@ class Session:
             s.buf = self._after_refusal(e, back)
 
     def drop_copy(self, sid: int) -> None:
-        """``sid`` left the core or became external: its host copy goes."""
+        """``sid`` left the core or became external: its host copy goes (after its copy out,
+        on the device: a parameter write may follow; NOTE [ Host copies on CUDA ] rule 5)."""
+        if self.host_link.pending:
+            self.host_link.order((sid,))
         s = self.storages[sid]()
         if s is not None:
             s.host = None

@@ -23,7 +23,7 @@ examples (tritondtr demo --out out/demo writes out/demo/trace.npz):
   tritondtr simulate out/demo/trace.npz --semantics runtime --budget 8MiB --heuristics dtr_eq,lru
   tritondtr simulate resnet32.log other.npz --heuristics dtr_eq,lru --ratios 0.5,0.3 --out sim-out
   tritondtr simulate out/demo/trace.npz --semantics runtime --heuristics dtr_eq \
-      --offload-bandwidth pcie5
+      --offload-bandwidth pcie5 --prefetch trace
 """
 
 from __future__ import annotations
@@ -198,6 +198,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "recompute (drop only), offload (copy every victim) and both (the cheaper per "
         "victim, NOTE [ Offload ])",
     )
+    parser.add_argument(
+        "--prefetch",
+        choices=("steps", "trace", "none"),
+        default="steps",
+        help="with offload: copies back ahead of the read in the previous step's order, as "
+        "the runtime (steps; a one-step trace has none), in the trace's own order (trace: "
+        "the step replayed as one that repeats), or none (NOTE [ Asynchronous offload ])",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -251,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
     limit = args.overhead_limit if args.overhead_limit is not None or runtime else 2.0
 
     bw = args.offload_bandwidth
+    prefetch = {"steps": True, "trace": "trace", "none": False}[args.prefetch]
     actions = ("recompute", "offload", "both") if bw is not None else ("as recorded",)
     sweeps, rows = {}, []
     bar = tqdm(
@@ -273,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
                 if bw is None:  # a trace recorded with offload replays with its link
                     kw_link = {}
                 elif action != "recompute":
-                    kw_link = {"offload_bandwidth": bw, "action": action}
+                    kw_link = {"offload_bandwidth": bw, "action": action, "prefetch": prefetch}
                 else:
                     kw_link = {"action": "recompute"}
                 for i, x in enumerate(points):
