@@ -386,9 +386,10 @@ def stage_zoo(ctx) -> None:
 # ------------------------------------------------------------------------------ gpt2
 def stage_gpt2(ctx) -> None:
     """GPT-2 small in fp32 at the largest batch x 1024 tokens that fits: eager, per-block
-    checkpoint, not binding, 70 / 50 / 30 %, measured costs at 50 %, and a budget matched to
-    checkpoint's device peak: step time, device peak, evictions, rematerializations,
-    decisions, device syncs."""
+    checkpoint, not binding, 70 / 50 / 30 %, 50 / 30 % over several steps in one session
+    with and without offload, measured costs at 50 %, and a budget matched to checkpoint's
+    device peak: step time, device peak, evictions, rematerializations, offloads and
+    prefetches, decisions, device syncs."""
     _need_transformers()
     size = _gpt2_size(ctx)
     seq = size["positions"]
@@ -471,6 +472,13 @@ def stage_gpt2(ctx) -> None:
     peak = nb.peak_bytes
     for r in (0.7, 0.5, 0.3):
         measure(f"{int(r * 100)} %", lambda r=r: tritondtr.enable(budget=int(peak * r)))
+    # Offload (NOTE [ Asynchronous offload ], NOTE [ Host copies on CUDA ]): one session
+    # for several steps, so that the steps after the first prefetch in the previous one's
+    # order; recompute only the same way, for a like-for-like row.
+    for r in (0.5, 0.3):
+        for offload in (False, True):
+            name = f"{int(r * 100)} %, steps in one session" + (", offload" if offload else "")
+            _steps_in_one_session(ctx, name, step, repeats, budget=int(peak * r), offload=offload)
     # The default cost on CUDA is the analytic H100 model; "measured" times the launch.
     measure("measured 50 %", lambda: tritondtr.enable(budget=peak // 2, cost="measured"))
     measure("device table 50 %", lambda: tritondtr.enable(budget=peak // 2, table="device"))
@@ -506,6 +514,34 @@ def stage_gpt2(ctx) -> None:
         step()
     ctx.figure(
         "trace", f"{rec.trace.num_tensors} tensors, {path.stat().st_size:,} bytes: {path.name}"
+    )
+
+
+def _steps_in_one_session(ctx, name: str, step, repeats: int, **enable) -> None:
+    """Rows for ``repeats`` timed steps after one untimed step, all in one session: the
+    median step time, the device peak, and the session's counters (offload's among them)."""
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        with tritondtr.enable(**enable) as s:
+            times = _timed(ctx, step, repeats)
+    except torch.OutOfMemoryError as e:
+        ctx.row("step_time", name, "oom", "ms", str(e)[:120])
+        if ctx.cuda:
+            torch.cuda.empty_cache()
+        return
+    ms = statistics.median(times) * 1e3
+    st = s.stats
+    ctx.row("step_time", name, round(ms, 2), "ms")
+    if ctx.cuda:
+        ctx.row("device_peak", name, torch.cuda.max_memory_allocated(), "bytes")
+    for what in ("evictions", "rematerializations", "offloads", "fetches", "prefetches"):
+        ctx.row(what, name, getattr(st, what), "count")
+    ctx.row("link_wait_ns", name, round(st.link_wait_ns), "ns")
+    ctx.figure(
+        name,
+        f"{ms:.1f} ms, {st.evictions} evictions, {st.rematerializations} remats, "
+        f"{st.offloads} offloads, {st.prefetches} prefetches, {st.fetches} fetches",
     )
 
 
@@ -795,7 +831,7 @@ STAGES = [
     ("bitwise", 90, stage_bitwise),
     ("probes", 40, stage_probes),
     ("zoo", 60, stage_zoo),
-    ("gpt2", 150, stage_gpt2),
+    ("gpt2", 200, stage_gpt2),
     ("scoring", 60, stage_scoring),
     ("selection-twin", 30, stage_selection_twin),
     ("latency", 30, stage_latency),
