@@ -20,10 +20,13 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 #    deterministic: no noise). The issue's target: ``both`` at least 20 % of recompute-only's
 #    overhead better on the conv and transformer steps at <= 30 % over PCIe 5.
 # 4. Memory reached at 1.1x / 1.3x / 1.5x: the smallest ratio whose run is ok within it.
+# 5. The plot (beside the rows, ``.png``): per trace, overhead against the budget, recompute
+#    only, and offload only and both per link.
 
 examples:
-  python benchmarks/bench_sim_offload.py --quick --out out/offload     # zoo at scale 4, ~1 min
-  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces
+  python benchmarks/bench_sim_offload.py --quick --out out/offload     # zoo at scale 4, ~20 s
+  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces, ~4 min
+  python benchmarks/bench_sim_offload.py --replot out/offload/sim_offload_cpu-analytic-h100.csv
 """
 
 from __future__ import annotations
@@ -97,7 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=int, default=16, help="the zoo's scale (default 16; 4 quick)")
     ap.add_argument("--out", type=Path, default=Path("out/offload"), help="output folder")
     ap.add_argument("--tag", default="cpu-analytic-h100", help="file name tag")
+    ap.add_argument(
+        "--replot", type=Path, metavar="CSV", help="only draw the plot of a sweep's rows"
+    )
     args = ap.parse_args(argv)
+    if args.replot is not None:
+        if not args.replot.is_file():
+            ap.error(f"--replot: no such file: {args.replot}")
+        print(f"plot: {plot(args.replot, args.replot.with_suffix('.png'))}")
+        return 0
     if args.scale < 1:
         ap.error(f"--scale must be >= 1, got {args.scale}")
     torch.set_num_threads(1)
@@ -158,8 +169,60 @@ def main(argv: list[str] | None = None) -> int:
     path = write_csv(rows, args.out / f"sim_offload_{args.tag}.csv")
     md = args.out / f"sim_offload_{args.tag}.md"
     md.write_text(_report(table, losses, target, env, scale))
-    print(f"rows: {path}\nreport: {md}")
+    print(f"rows: {path}\nreport: {md}\nplot: {plot(path, path.with_suffix('.png'))}")
     return 0
+
+
+def plot(rows_csv: Path, out: Path) -> Path:
+    """Rule 5: per trace, the step's overhead against the budget (a share of its runtime
+    peak): recompute only, and offload only and both per link; failed runs left out."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs: dict = {}
+    with open(rows_csv) as f:
+        for r in csv.DictReader(f):
+            if r["what"] != "overhead" or r["note"]:
+                continue
+            p = dict(kv.split("=", 1) for kv in r["params"].split(";"))
+            curve = runs.setdefault(p["trace"], {}).setdefault(r["provider"], [])
+            curve.append((float(p["ratio"]), float(r["median"])))
+    styles = {"recompute": ("k", "-")}
+    for link, color in zip(LINKS, ("tab:blue", "tab:orange", "tab:green")):
+        styles[f"offload:{link}"] = (color, ":")
+        styles[f"both:{link}"] = (color, "-")
+    names = list(runs)
+    cols = 5
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for provider, (color, ls) in styles.items():
+            pts = sorted(runs[name].get(provider, ()))
+            if pts:
+                ax.plot(*zip(*pts), color=color, ls=ls, marker=".", label=provider)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("budget / runtime peak", fontsize=8)
+        ax.set_ylabel("step time / compute", fontsize=8)
+        ax.invert_xaxis()
+        ax.set_ylim(0.98, 2.0)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", fontsize=8, ncol=len(labels))
+    fig.suptitle(
+        "Offload: recompute only (black), offload only (dotted) and both (solid) per link; "
+        "the twin, H100 model costs",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
 
 
 def _fmt(r) -> str:
