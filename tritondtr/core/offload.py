@@ -41,7 +41,8 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 # 5. Prefetch (with a plan: ``Core.plan``, the order in which a previous step read its
 #    storages, :class:`ReadPlan`): after each op, when the host-to-device direction is idle,
 #    the offloaded storage the plan reads next, within the next :data:`PREFETCH_OPS` ops, is
-#    copied back if its bytes fit below ``budget - headroom`` without evicting anything. It
+#    copied back if its bytes fit below ``budget - headroom`` without evicting anything (a
+#    storage no wrapper holds is not: no op can read it). It
 #    is resident and counted from then, backed, its last use now; its fetch is a prefetch
 #    (``stats.prefetches``), not a fetch.
 # 6. All of it is in the core's device time (NOTE [ Offload link ] rule 2) and depends only on
@@ -143,26 +144,27 @@ class Offloader:
         else:
             self.drop(sid)
 
+    def _drop_price(self, sid: int) -> float:
+        """NOTE [ Offload ] rule 1: what dropping resident ``sid`` costs, its recomputation
+        with its evicted neighbourhood (ns)."""
+        eng = self.engine
+        eng.flush()
+        return self.cost[sid] + float(eng.table.host_nbhd_cost[self.eslot[sid]])
+
     def _backed_pays(self, sid: int) -> bool:
         """Rule 3: is evicting backed ``sid`` as an offload (waiting for its copy if in
         flight, then its copy back) priced no higher than dropping it?"""
-        eng = self.engine
-        eng.flush()
-        recompute = self.cost[sid] + float(eng.table.host_nbhd_cost[self.eslot[sid]])
         wait = max(0.0, self.copies.copying.get(sid, 0.0) - self.elapsed)
-        return wait + self.link.duration(self.size[sid]) <= recompute
+        return wait + self.link.duration(self.size[sid]) <= self._drop_price(sid)
 
     def offload_pays(self, sid: int, ahead: bool = False) -> bool:
         """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?
         ``ahead``: its copy out would be hidden (rule 2), so only the copy back counts."""
         if self.always_offload:
             return True
-        slot, eng, link = self.eslot[sid], self.engine, self.link
-        eng.flush()
-        recompute = self.cost[sid] + float(eng.table.host_nbhd_cost[slot])
-        size = self.size[sid]
+        size, link = self.size[sid], self.link
         price = link.duration(size) if ahead else offload_price(size, link, self.elapsed)
-        return price < recompute
+        return price < self._drop_price(sid)
 
     def offload(self, sid: int) -> None:
         """Evict resident, unlocked ``sid`` by copying it to the host now, the op that needs
@@ -249,10 +251,11 @@ class Offloader:
         """Rule 5: copy back the offloaded storage the plan reads next, if it fits."""
         plan, waiting, offloaded = self.plan, self.copies.waiting, self.offloaded
         pos = plan.position()
+        held = self.held
         while waiting:
             at, sid = waiting[0]
-            if not offloaded[sid]:  # fetched or forgotten since
-                heapq.heappop(waiting)
+            if not offloaded[sid] or not held[sid]:  # fetched or forgotten since, or no op
+                heapq.heappop(waiting)  # can read it (no wrapper holds it)
                 continue
             if at < pos:  # the plan's read did not come: when is the next?
                 heapq.heappop(waiting)
@@ -272,11 +275,7 @@ class Offloader:
         start = max(self.elapsed, self.copies.copying.pop(sid, 0.0))  # rule 4: out first
         done = link.copy_in(size, start)
         self.set_offloaded(sid, False)
-        self.recomputed_resident(sid)
-        slot = self.eslot[sid]
-        self.engine.remat(slot, self.now)
-        if self.pinned[sid]:
-            self.engine.pin(slot)
+        self.resident_again(sid, True)  # its last use now: the plan reads it soon
         acc.arrive(size)
         self.copies.came(sid, size, done)
         st = self.stats

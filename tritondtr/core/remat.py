@@ -271,16 +271,20 @@ class Rematerializer:
             raise
         if not fetch:
             self.ran(self.cost[sid])
+            self.stats.rematerializations += 1
+        self.resident_again(sid, use)
+        self.bytes.grow(self.size[sid])
+
+    def resident_again(self, sid: int, use: bool) -> None:
+        """Evicted ``sid``'s buffer is back (recomputed, fetched or prefetched): resident for
+        the core, its engine slot and the unheld scorer; ``use``: its last use is now."""
         self.recomputed_resident(sid)
         scorer = self.scorer
         if scorer.inside:  # NOTE [ Unheld storages ] rule 6 in unheld.py
             scorer.forget_ancestors(sid, False)
         slot = self.eslot[sid]
         self.engine.remat(slot, self.now if use else None)
-        if not fetch:
-            self.stats.rematerializations += 1
         if not self.held[sid]:  # NOTE [ Unheld storages ] rule 4 in unheld.py
             scorer.recomputed(sid)
         if self.pinned[sid]:
             self.engine.pin(slot)
-        self.bytes.grow(self.size[sid])
