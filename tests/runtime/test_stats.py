@@ -43,6 +43,16 @@ def test_summary_is_a_short_readable_table():
     assert f"{n:>6,}  {top}" in text
 
 
+def test_the_summary_says_what_offload_did_only_with_offload():
+    plain = str(_run(budget=_peak() // 3))
+    assert "offload" not in plain
+    st = _run(budget=_peak() // 3, offload="1TB/s")
+    text = str(st)
+    assert st.offloads > 0
+    line = next(x for x in text.splitlines() if x.strip().startswith("offload"))
+    assert f"{st.offloads:,} copies out" in line and f"{st.fetches:,} fetched" in line
+
+
 def test_remat_counts_add_up():
     st = _run(budget=_peak() // 3)
     assert sum(st.remat_counts.values()) == st.rematerializations > 0

@@ -101,6 +101,16 @@ class SessionStats(CoreStats):
             ("recomputing", f"{self.recompute_s * 1e3:.1f} ms"),
             ("deciding", f"{self.select_s * 1e3:.1f} ms, {self.device_syncs} device syncs"),
         ]
+        if self._config is not None and self._config.offload is not None:
+            rows.append(  # NOTE [ Offload ] in core/core.py
+                (
+                    "offload",
+                    f"{self.offloads:,} copies out ({format_bytes(self.offloaded_bytes)}), "
+                    f"{self.prefetches:,} prefetched, {self.fetches:,} fetched when read, "
+                    f"link busy {self.link_busy_ns / 1e6:.1f} ms, waited "
+                    f"{self.link_wait_ns / 1e6:.1f} ms (device time)",
+                )
+            )
         if self.budget_errors:
             rows.append(("budget errors", str(self.budget_errors)))
         width = max(len(k) for k, _ in rows)
