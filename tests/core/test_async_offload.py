@@ -214,28 +214,31 @@ def test_without_ahead_every_copy_is_made_for_room():
 
 
 def test_the_step_plan_reads_the_previous_step_by_where_each_storage_was_made():
-    """NOTE [ Step plan ]: storages are keyed by (op number in the step, output place); the
-    plan of a step is the previous step's reads; storages made before the step have none."""
+    """NOTE [ Step plan ]: ops are keyed by (name, occurrence), storages by (the op that made
+    them, output place); times are the previous step's op numbers; ops of other names that
+    the first step ran more of (lazy initialisation) shift nothing; storages made before the
+    step have no key."""
     plan = StepPlan()
 
-    def step(sids_made: list[int], reads: list[list[int]]) -> None:
-        for made, read in zip(sids_made, reads):
-            plan.read(read)
-            if made >= 0:
-                plan.made(made)
-            plan.ran()
-        plan.step()
+    def op(name: str, reads=(), made=()) -> None:
+        plan.read(name, list(reads))
+        for sid in made:
+            plan.made(sid)
+        plan.ran()
 
     assert plan.next_read(0) is None  # nothing recorded yet
-    step([10, 11, -1, -1], [[99], [10], [11, 10], [10]])  # 99: made before the step
-    plan.read([7])
-    plan.made(20)  # the same place as 10 last step, another sid
-    plan.ran()
-    assert plan.position() == 1
-    assert plan.next_read(20) == 1 and plan.next_read(99) is None
-    plan.read([20])
-    plan.made(21)
-    plan.ran()
-    plan.read([21, 20])
-    plan.ran()  # position 3: 20 (made where 10 was) is read at 3 next; 21 never again
-    assert plan.next_read(20) == 3 and plan.next_read(21) is None
+    op("init")  # the first step's extra op: shifts the numbers, not the keys of "mm"
+    op("mm", [99], [10])  # 99: made before the step
+    op("mm", [10], [11])
+    op("add", [11, 10])
+    op("mul", [10])
+    plan.step()  # previous step: mm#0 = 1, mm#1 = 2, add#0 = 3, mul#0 = 4
+    op("mm", [7], [20])  # made where 10 was, another sid
+    assert plan.position() == 2  # after mm#0, which was op 1 last step
+    assert plan.next_read(20) == 2 and plan.next_read(99) is None
+    op("mm", [20], [21])
+    op("add", [21, 20])  # position 4: 20 is read at 4 next; 21 never again
+    assert plan.position() == 4
+    assert plan.next_read(20) == 4 and plan.next_read(21) is None
+    op("unknown")  # an op the last step did not run moves nothing
+    assert plan.position() == 4

@@ -60,7 +60,8 @@ def _train(out, budget, *, session: bool = True, offload=False, **kw):
     if not session:
         trainer.train()
         return trainer, None
-    with tritondtr.enable(budget=budget, offload=offload) as s:  # the whole train() inside
+    kw = {"offload": offload, "cost": "analytic"} if offload else {}  # deterministic choices
+    with tritondtr.enable(budget=budget, **kw) as s:  # the recipe: the whole train() inside
         trainer.train()
     return trainer, s.stats
 

@@ -610,7 +610,7 @@ class Core(Evictor, Offloader, Rematerializer):
         :meth:`use_evicted`, :meth:`use` of each, :meth:`begin`. Both drivers call this;
         their inputs' buffers are resident (and kept so) once it returns."""
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
-            self.steps.read(sids)
+            self.steps.read(name, sids)
         acc = self.bytes  # prepare, use and begin inline: once per op
         over = acc.budget is not None and acc.resident > acc.budget
         if self.lazy:

@@ -3,16 +3,23 @@
 # NOTE [ Step plan ]
 # 1. A training step repeats the ops of the one before it, so the previous step's order of
 #    reads says what this one reads next (NOTE [ Asynchronous offload ] rule 5 in
-#    offload.py). A storage is known across steps by where it was made: (the number of the
-#    op that made it within its step, its place among that op's new storages). Storages made
-#    before the step (parameters, inputs) have no key and are never prefetched.
-# 2. The driver tells the plan, per op, in order: ``read`` (the op's tracked inputs, the
-#    list ``Core.enter`` takes), ``made`` for each new storage, ``ran`` before ``Core.end``
-#    (so that, after the op, ``position`` is the next op's number); and ``step`` where a step
-#    ends (the optimizer's parameter writes: ``Core.freeze``). The session and the twin make
-#    the same calls, so their plans agree and the twin replays the runtime's prefetches.
-# 3. A plan is a hint: a step that differs (a dynamic model, the first step) only makes
-#    prefetches useless or missing, never a wrong value; a prefetch never evicts (rule 5).
+#    offload.py). An op is known across steps by its name and how many ops of that name
+#    the step ran before it (the 17th ``aten.mm``), a storage by the op that made it and its
+#    place among that op's new storages. So ops a step adds or lacks (the first step's lazy
+#    initialisations: FSDP2 ran 40 more ``as_strided`` in its first step than in its
+#    second) shift the keys of their own name only. Storages made before the step
+#    (parameters, inputs) have no key and are never prefetched.
+# 2. Time is the previous step's op numbers: ``position`` is the number, in the previous
+#    step, of the op after the last one that ran whose key it knew (an op it did not know
+#    moves nothing), so a read it predicts and the op running now are on one axis.
+# 3. The driver tells the plan, per op, in order: ``read`` (the op's name and tracked
+#    inputs, as ``Core.enter`` takes them), ``made`` for each new storage, ``ran`` before
+#    ``Core.end``; and ``step`` where a step ends (the optimizer's parameter writes:
+#    ``Core.freeze``). The core makes these calls from the op protocol, so the session's
+#    plan and the twin's agree and the twin replays the runtime's prefetches.
+# 4. A plan is a hint: a step that differs (a dynamic model, the first step) only makes
+#    prefetches useless or missing, never a wrong value; a prefetch never evicts (rule 5 of
+#    NOTE [ Asynchronous offload ]).
 """
 
 from __future__ import annotations
@@ -21,23 +28,34 @@ import bisect
 
 __all__ = ["StepPlan"]
 
+Key = tuple  # (op name, occurrence) for an op; (op key, output place) for a storage
+
 
 class StepPlan:
     """A :class:`~tritondtr.core.offload.ReadPlan` from the previous step (NOTE [ Step
     plan ])."""
 
-    __slots__ = ("key", "op", "outs", "previous", "reads")
+    __slots__ = ("at", "counts", "index", "key", "last", "op", "outs", "previous", "reads")
 
     def __init__(self) -> None:
-        self.op = 0  # the number, within this step, of the op running or next
+        self.op = 0  # this step's number of the op in flight (or next)
+        self.at: Key = ()  # the key of the op in flight
         self.outs = 0  # new storages the op in flight has made
-        self.key: dict[int, tuple[int, int]] = {}  # sid -> where this step made it
-        self.reads: dict[tuple[int, int], list[int]] = {}  # key -> the ops reading it
-        self.previous: dict[tuple[int, int], list[int]] = {}  # the previous step's reads
+        self.counts: dict[str, int] = {}  # op name -> ops of that name this step so far
+        self.index: dict[Key, int] = {}  # op key -> this step's number
+        self.key: dict[int, Key] = {}  # sid -> the key of the storage, made this step
+        self.reads: dict[Key, list[int]] = {}  # storage key -> the ops reading it (numbers)
+        self.previous: tuple[dict[Key, int], dict[Key, list[int]]] = ({}, {})  # last step's
+        self.last = 0  # position(): rule 2
 
-    def read(self, sids) -> None:
-        """The op in flight reads ``sids``."""
-        key, reads, op = self.key, self.reads, self.op
+    def read(self, name: str, sids) -> None:
+        """Op ``name`` runs next and reads ``sids``."""
+        n = self.counts.get(name, 0)
+        self.counts[name] = n + 1
+        at = self.at = (name, n)
+        op = self.op
+        self.index[at] = op
+        key, reads = self.key, self.reads
         for sid in sids:
             k = key.get(sid)
             if k is not None:
@@ -49,26 +67,31 @@ class StepPlan:
 
     def made(self, sid: int) -> None:
         """The op in flight made new storage ``sid``."""
-        self.key[sid] = (self.op, self.outs)
+        self.key[sid] = (self.at, self.outs)
         self.outs += 1
 
     def ran(self) -> None:
         """The op in flight is done."""
+        before = self.previous[0].get(self.at)
+        if before is not None:
+            self.last = before + 1
         self.op += 1
         self.outs = 0
 
     def step(self) -> None:
         """A step ended: its reads are the plan of the next."""
-        self.previous, self.reads, self.key = self.reads, {}, {}
-        self.op = self.outs = 0
+        self.previous = (self.index, self.reads)
+        self.index, self.reads, self.key, self.counts = {}, {}, {}, {}
+        self.op = self.outs = self.last = 0
+        self.at = ()
 
     def position(self) -> int:
-        return self.op
+        return self.last
 
     def next_read(self, sid: int) -> int | None:
         k = self.key.get(sid)
-        ops = self.previous.get(k) if k is not None else None
+        ops = self.previous[1].get(k) if k is not None else None
         if not ops:
             return None
-        i = bisect.bisect_left(ops, self.op)
+        i = bisect.bisect_left(ops, self.last)
         return ops[i] if i < len(ops) else None
