@@ -34,7 +34,7 @@ class Counting:
     def copy_out(self, sid: int) -> None:
         self.copied.append(sid)
 
-    def fetch(self, sid: int) -> None:
+    def fetch(self, sid: int, hint: bool = False) -> None:
         self.fetched.append(sid)
 
     def drop_copy(self, sid: int) -> None:

@@ -90,6 +90,22 @@ def test_a_backed_victim_cheaper_to_recompute_now_is_dropped_with_its_copy():
     core.check_invariants()
 
 
+def test_a_backed_victim_dropped_while_its_copy_is_in_flight_is_priced_as_a_recomputation():
+    """Rule 3: waiting for its copy makes the drop cheaper; once dropped it can only be
+    recomputed, so the engine prices it at its cost again (found by review: it kept the
+    copy's price)."""
+    core, ex = _core(250)
+    a, _ = (_op(core, n, 100, 5000.0, took=10.0) for n in "ab")  # a copied ahead after b
+    _op(core, "c", 40, 5000.0, took=10.0)
+    core.set_cost(a, 150.0)  # a measurement: the engine prices it min(100, 150)
+    assert core.engine.table.host_cost[core.eslot[a]] == 100
+    _op(core, "d", 100, 5000.0, took=10.0)
+    _op(core, "e", 10, 5000.0, took=10.0)  # a's copy still in flight: 80 ns + 100 > 150
+    assert ex.discarded == [a] and not core.host[a] and core.state[a] == EVICTED
+    assert core.engine.table.host_cost[core.eslot[a]] == 150
+    core.check_invariants()
+
+
 def test_dropping_a_storage_whose_copy_is_in_flight_waits_for_it():
     """Rule 4: ops that ran 10 ns, a copy of 100: the eviction right after waits 90 ns."""
     core, ex = _core(250)
@@ -242,3 +258,27 @@ def test_the_step_plan_reads_the_previous_step_by_where_each_storage_was_made():
     assert plan.next_read(20) == 4 and plan.next_read(21) is None
     op("unknown")  # an op the last step did not run moves nothing
     assert plan.position() == 4
+
+
+def test_the_unheld_scorer_prices_a_backed_storage_as_the_engine_does():
+    """Rule 3 for NOTE [ Unheld storages ]: the scorer that weighs unheld storages against
+    the engine's victim prices a backed one at min(copy back, cost) too; it kept the full
+    recomputation and evicted an unheld storage 100x dearer to lose (found by review)."""
+    ex = Counting()
+    core = Core(300, "dtr_eq", ex, backend="torch", link=Link("1GB/s"), ahead=False)
+    core.start(CPU)
+    core.sync()
+    x = _op(core, "x", 100, 1e6)
+    u = _op(core, "u", 100, 5.0, inputs=(x,), took=1.0)
+    d = _op(core, "d", 100, 5.0, inputs=(u,), took=1.0)
+    core.release(u)
+    core.evict_all()  # x offloaded, u and d dropped
+    core.materialize(d)  # x fetched back (backed), u recomputed while unheld
+    core.unlock(d)
+    core.set_cost(u, 1e4)
+    core.set_cost(d, 1e7)
+    assert core.host[x] and core.engine.table.host_cost[core.eslot[x]] == 100
+    _op(core, "e", 100, 1e7, took=1.0)
+    _op(core, "f", 1, 1.0)  # 400 > 300 before f: one victim, x (its copy is there)
+    assert core.offloaded[x] and core.state[u] == RESIDENT and ex.copied == [x]
+    core.check_invariants()

@@ -327,8 +327,9 @@ class Executor(Protocol):
         drops the buffer later (NOTE [ Asynchronous offload ] in offload.py; only with a
         link). A RuntimeError: no host memory (the core drops the victim instead)."""
 
-    def fetch(self, sid: int) -> None:
-        """Copy ``sid``'s host copy back to the device (room is made); the copy stays."""
+    def fetch(self, sid: int, hint: bool = False) -> None:
+        """Copy ``sid``'s host copy back to the device (room is made); the copy stays.
+        ``hint``: a prefetch; a RuntimeError if the allocator refuses it, evicting nothing."""
 
     def drop_copy(self, sid: int) -> None:
         """``sid``'s host copy goes (it left the core or became external)."""
@@ -427,6 +428,7 @@ class Core(Evictor, Offloader, Rematerializer):
         self.pins = BackwardPins(  # NOTE [ Backward storages ] in backward.py
             self.state, self.pinned, self.backward, self.inputs, self.stats
         )
+        self.scorer.price_copies(self.host, link)  # NOTE [ Asynchronous offload ] rule 3
         self.anchors = Anchors()  # NOTE [ Anchored storages ] in anchors.py
         self.anchored = self.anchors.anchored  # read here; the anchors write it
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
@@ -863,6 +865,7 @@ class Core(Evictor, Offloader, Rematerializer):
         """The link victims may be offloaded over from now on (NOTE [ Offload ]); the runtime
         gives it once the session's device is known."""
         self.link = link
+        self.scorer.price_copies(self.host, link)  # NOTE [ Asynchronous offload ] rule 3
 
     def set_plan(self, plan: ReadPlan | None) -> None:
         """The order of reads prefetches follow from now on (NOTE [ Asynchronous offload ]

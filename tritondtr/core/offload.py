@@ -44,7 +44,8 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    copied back if its bytes fit below ``budget - headroom`` without evicting anything (a
 #    storage no wrapper holds is not: no op can read it). It
 #    is resident and counted from then, backed, its last use now; its fetch is a prefetch
-#    (``stats.prefetches``), not a fetch.
+#    (``stats.prefetches``), not a fetch. One the allocator refuses is given up, evicting
+#    nothing (``Executor.fetch(hint=True)``).
 # 6. All of it is in the core's device time (NOTE [ Offload link ] rule 2) and depends only on
 #    sizes, costs, the link and the plan, so the twin replays the runtime's copies exactly.
 #    The runtime's executor makes each copy when the core asks; whether it overlaps the
@@ -224,6 +225,9 @@ class Offloader:
         resident = self.state[sid] == RESIDENT  # a copy in flight is not waited for (rule 4)
         self.copies.drop(sid, self.size[sid], resident)
         self.set_offloaded(sid, False)
+        slot = self.eslot[sid]
+        if slot >= 0:  # rule 3: priced as a recomputation again
+            self.engine.set_cost(slot, self.cost[sid])
         self.executor.drop_copy(sid)
 
     # ----------------------------------------------------- copies beside the ops
@@ -270,7 +274,10 @@ class Offloader:
         if acc.resident + size + self.stats.max_op_out_bytes > acc.budget:
             return
         heapq.heappop(waiting)
-        self.executor.fetch(sid)
+        try:
+            self.executor.fetch(sid, hint=True)
+        except RuntimeError:  # the allocator refused it: a prefetch is a hint, not a need
+            return
         link = self.link
         start = max(self.elapsed, self.copies.copying.pop(sid, 0.0))  # rule 4: out first
         done = link.copy_in(size, start)

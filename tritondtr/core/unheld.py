@@ -108,6 +108,19 @@ class UnheldScorer:
         self.sums: dict[int, AncestorSum] = {}  # sid -> its kept sum (rule 6)
         self.inside: dict[int, list[int]] = {}
         self.border: dict[int, list[int]] = {}
+        self.copied = None  # with a link: the core's host-copy flags (NOTE [ Asynchronous
+        self.copy_link = None  # offload ] rule 3 in offload.py), and the link
+
+    def price_copies(self, host, link) -> None:
+        """From now on a storage with a host copy costs the lower of its recomputation and
+        its copy back, as the engine prices it (NOTE [ Asynchronous offload ] rule 3)."""
+        self.copied, self.copy_link = (None, None) if link is None else (host, link)
+
+    def _cost(self, sid: int) -> float:
+        c = self.cost[sid]
+        if self.copied is not None and self.copied[sid]:
+            return min(c, self.copy_link.duration(self.size[sid]))
+        return c
 
     def recomputed(self, sid: int) -> None:
         """``sid`` was recomputed while no wrapper holds it (rule 4)."""
@@ -130,7 +143,8 @@ class UnheldScorer:
         last = t.host_last_access.item
         u = self.sid_of[v]
         den = size[u] * (now - last(v))
-        best = (cost[u] + t.host_nbhd_cost.item(v)) / den if den > 0 else _INF
+        own_u = cost[u] if self.copied is None else self._cost(u)
+        best = (own_u + t.host_nbhd_cost.item(v)) / den if den > 0 else _INF
         pick = v
         state, held, eslot = self.state, self.held, self.eslot
         evictable = t.host_evictable_size.item  # NaN unless a candidate (NOTE [ Evictable size ])
@@ -145,13 +159,14 @@ class UnheldScorer:
                 continue
             d = size[sid] * (now - last(slot))
             if d > 0:
-                todo.append((cost[sid] / d, slot, sid, d))
+                own = cost[sid] if self.copied is None else self._cost(sid)
+                todo.append((own / d, slot, sid, d))
         todo.sort()  # rule 4: the lowest own scores first, so the best falls early
         visits, sums = _MAX_VISITS, self.sums
         for low, slot, sid, d in todo:
             if low > best or visits <= 0:  # rule 4: no other can beat the best, or no time
                 break
-            own = cost[sid]
+            own = cost[sid] if self.copied is None else self._cost(sid)
             limit = best * d - own
             known = sums.get(sid)  # rule 6
             if known is not None and (known.kind is _CAPPED or known.cost > limit):
@@ -188,7 +203,7 @@ class UnheldScorer:
             if i in seen:
                 continue
             seen.add(i)
-            total += cost[i]
+            total += cost[i] if self.copied is None else self._cost(i)
             if total > limit or len(seen) > most:
                 kind = _CAPPED if len(seen) > _MAX_WALK else _BOUND
                 break
@@ -237,7 +252,7 @@ class UnheldScorer:
                 i = todo.pop()
                 if i not in seen:
                     seen.add(i)
-                    total += cost[i]
+                    total += cost[i] if self.copied is None else self._cost(i)
                     todo.extend(j for j in inputs[i] if state[j] == EVICTED)
             if kind == _EXACT:
                 assert math.isclose(value, total, rel_tol=1e-12), (

@@ -17,11 +17,13 @@ core/core.py decides them; this module makes them, and on CUDA keeps them off th
 # 4. Copy back: a buffer allocated on the current stream; the side stream waits for the
 #    current stream (the block may have been freed by work still queued there), copies and
 #    records an event; the buffer is marked used by the side stream.
-# 5. Before an op or a recomputation reads or writes a storage with a copy pending, and
-#    before a storage's host copy is dropped (a parameter write may follow), the current
-#    stream waits for that copy's event, which is then forgotten: a copy back is ordered
-#    before its reader, a copy out before a write into the same buffer. The host waits for
-#    nothing. ``pending`` is empty unless copies are in flight, so an op tests one dict.
+# 5. Before an op or a recomputation reads or writes a storage with a copy pending, before
+#    it is unwrapped, and when it becomes external (a parameter write may follow), the
+#    current stream waits for that copy's event, which is then forgotten: a copy back is
+#    ordered before its reader, a copy out before a write into the same buffer. A copy of a
+#    storage dropped or forgotten is not waited for (rule 3 keeps its memory until it is
+#    done). The host waits for nothing. ``pending`` is empty unless copies are in flight,
+#    so an op tests one dict.
 # 6. On a CPU device the copies are plain and synchronous; nothing is pending. A CPU session
 #    saves no memory by offloading (docs/runtime.md).
 """

@@ -852,7 +852,11 @@ class Session:
             s.buf = None
 
     def keep(self, sid: int) -> None:
-        """``sid`` became external for good: it keeps its buffer, its recipe is dropped."""
+        """``sid`` became external for good: it keeps its buffer, its recipe is dropped; a
+        copy out still reading the buffer is waited for on the device, since the program
+        may write it next (a parameter write: NOTE [ Host copies on CUDA ] rule 5)."""
+        if self.host_link.pending:
+            self.host_link.order((sid,))
         self.storage(sid).recipe = None
 
     def copy_out(self, sid: int) -> None:
@@ -870,10 +874,11 @@ class Session:
         host = self.host_link.copy_out(sid, buf)
         s.host = (host, buf.dtype, buf.size(), buf.stride(), buf.storage_offset())
 
-    def fetch(self, sid: int) -> None:
+    def fetch(self, sid: int, hint: bool = False) -> None:
         """Offloaded ``sid``'s storage back on the device, byte for byte, in the layout it
-        left in (a new buffer; retried after evicting if the allocator refuses it). The host
-        copy stays (NOTE [ Asynchronous offload ] rule 1)."""
+        left in (a new buffer; retried after evicting if the allocator refuses it, unless
+        ``hint``: a prefetch, given up). The host copy stays (NOTE [ Asynchronous offload ]
+        rule 1)."""
         s = self.storage(sid)
         link = self.host_link
 
@@ -883,13 +888,13 @@ class Session:
         try:
             s.buf = back()
         except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] rule 6
+            if hint:
+                raise
             s.buf = self._after_refusal(e, back)
 
     def drop_copy(self, sid: int) -> None:
-        """``sid`` left the core or became external: its host copy goes (after its copy out,
-        on the device: a parameter write may follow; NOTE [ Host copies on CUDA ] rule 5)."""
-        if self.host_link.pending:
-            self.host_link.order((sid,))
+        """``sid`` left the core, became external or is dropped: its host copy goes (a copy
+        in flight finishes on its own: NOTE [ Host copies on CUDA ] rule 2)."""
         s = self.storages[sid]()
         if s is not None:
             s.host = None

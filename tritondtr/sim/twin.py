@@ -99,7 +99,7 @@ class _Counter:
     def copy_out(self, sid: int) -> None:  # NOTE [ Offload ] in core/core.py: the core
         pass  # counts the bytes and the link's time
 
-    def fetch(self, sid: int) -> None:
+    def fetch(self, sid: int, hint: bool = False) -> None:
         pass
 
     def drop_copy(self, sid: int) -> None:
