@@ -55,6 +55,10 @@ ancestors their eviction would add to a recomputation (NOTE [ Unheld storages ])
 #    4's 512-ancestor budget per choice, which counts walked ancestors only (of the recorded
 #    steps, it binds on the GRU loop at 30 % and below). Measured: docs/benchmarks.md,
 #    Measurements behind the NOTEs, Kept ancestor sums.
+# 7. With a link, a storage with a host copy (backed or offloaded) costs the lower of its
+#    recomputation and its copy back, here as in the engine (NOTE [ Asynchronous offload ]
+#    rule 3 in offload.py: ``price_copies``); a storage gains or loses its copy only while
+#    resident or as it leaves, so rule 6's sums stay true.
 """
 
 from __future__ import annotations
