@@ -57,15 +57,10 @@ class HostLink:
         """Rule 3: a host copy of the bytes of ``buf`` (storage ``sid``), as uint8."""
         data = bytes_of(buf)
         host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=self.cuda)
-        if not self.cuda:
+        if self.cuda:
+            self._on_side(sid, host, data, data)
+        else:
             host.copy_(data)
-            return host
-        side = self.stream
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            host.copy_(data, non_blocking=True)
-        data.record_stream(side)
-        self._done(sid)
         return host
 
     def copy_back(
@@ -73,21 +68,24 @@ class HostLink:
     ) -> torch.Tensor:
         """Rule 4: a new device buffer of ``host``'s bytes, in the layout given."""
         data = torch.empty(host.numel(), dtype=torch.uint8, device=self.device)
-        if not self.cuda:
-            data.copy_(host)
+        if self.cuda:
+            self._on_side(sid, data, host, data)
         else:
-            side = self.stream
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                data.copy_(host, non_blocking=True)
-            data.record_stream(side)
-            self._done(sid)
+            data.copy_(host)
         out = torch.empty(0, dtype=dtype, device=self.device)
         return out.set_(data.untyped_storage(), offset, size, stride)
 
-    def _done(self, sid: int) -> None:
+    def _on_side(self, sid: int, dst: torch.Tensor, src: torch.Tensor, mine) -> None:
+        """Rules 3 and 4: ``dst.copy_(src)`` on the side stream once the current stream's
+        work so far is done; device tensor ``mine`` is marked used by the side stream; the
+        copy's event is pending for ``sid``."""
+        side = self.stream
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            dst.copy_(src, non_blocking=True)
+        mine.record_stream(side)
         ev = torch.cuda.Event()
-        ev.record(self.stream)
+        ev.record(side)
         self.pending[sid] = ev
 
     def order(self, sids) -> None:
