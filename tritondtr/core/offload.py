@@ -22,9 +22,7 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    (always, under ``always_offload``). Its bytes stay resident and counted until the budget
 #    makes it a victim; the ops go on meanwhile. One copy ahead at a time (the link is idle
 #    when one is issued), so a copy made for room (NOTE [ Offload ] rule 3) queues behind at
-#    most one. A look that finds nothing worth copying costs a scoring, so the next one
-#    waits 1, 2, 4 .. 64 ops while none is found (a link too slow to pay scored after every
-#    op: the zoo GPT's 3 steps at 30 % took 0.25 s instead of 0.12; found by review).
+#    most one.
 # 3. A backed victim is still priced as NOTE [ Offload ] rule 1 prices any victim, with
 #    nothing left to copy out: the wait for its copy if in flight plus its copy back,
 #    against its recomputation with its evicted neighbourhood; offloaded if that is no
@@ -91,7 +89,7 @@ class HostCopies:
     of resident storages with a host copy. ``waiting``: the offloaded storages by the op
     the plan reads them at (a heap; entries go stale, and are checked when popped)."""
 
-    __slots__ = ("arriving", "backed", "copying", "host", "idle", "miss", "waiting")
+    __slots__ = ("arriving", "backed", "copying", "host", "waiting")
 
     def __init__(self) -> None:
         self.host = bytearray()
@@ -99,14 +97,6 @@ class HostCopies:
         self.arriving: dict[int, float] = {}
         self.backed = 0
         self.waiting: list[tuple[int, int]] = []
-        self.idle = 0  # rule 2: ops to let pass before the next look for a copy ahead
-        self.miss = 0  # looks in a row that found nothing worth copying
-
-    def looked(self, found: bool) -> None:
-        """Rule 2: a look for a copy ahead found one, or nothing worth it (the next waits
-        twice as many ops, up to 64)."""
-        self.miss = 0 if found else self.miss + 1
-        self.idle = 0 if found else min(1 << (self.miss - 1), 64)
 
     def grow(self) -> None:
         self.host.append(0)
@@ -244,25 +234,22 @@ class Offloader:
     def after_op(self) -> None:
         """Rules 2 and 5, after each op, with a link and a budget."""
         budget, link = self.bytes.budget, self.link
-        copies = self.copies
-        if copies.idle:
-            copies.idle -= 1
-        elif self.ahead and link.out_busy <= self.elapsed:
-            room = budget - self.bytes.resident + copies.backed
+        if self.ahead and link.out_busy <= self.elapsed:
+            room = budget - self.bytes.resident + self.copies.backed
             if room < self.stats.max_op_out_bytes:
-                copies.looked(self._ahead())
+                self._ahead()
         if self.plan is not None and link.in_busy <= self.elapsed:
             self._prefetch()
 
-    def _ahead(self) -> bool:
-        """Rule 2: copy out the best candidate without a host copy, if that pays; whether
-        one was."""
+    def _ahead(self) -> None:
+        """Rule 2: copy out the best candidate without a host copy, if that pays."""
         eng, host, sid_of = self.engine, self.copies.host, self.sid_of
         for slot in eng.select(self.now, AHEAD_CANDIDATES):
             sid = sid_of[slot]
             if not host[sid]:
-                return self.offload_pays(sid, ahead=True) and self._copy_out(sid)
-        return False
+                if self.offload_pays(sid, ahead=True):
+                    self._copy_out(sid)
+                return
 
     def _prefetch(self) -> None:
         """Rule 5: copy back the offloaded storage the plan reads next, if it fits."""
