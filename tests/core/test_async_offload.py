@@ -282,3 +282,18 @@ def test_the_unheld_scorer_prices_a_backed_storage_as_the_engine_does():
     _op(core, "f", 1, 1.0)  # 400 > 300 before f: one victim, x (its copy is there)
     assert core.offloaded[x] and core.state[u] == RESIDENT and ex.copied == [x]
     core.check_invariants()
+
+
+def test_a_step_plan_that_never_sees_a_step_end_stays_bounded(monkeypatch):
+    """NOTE [ Step plan ] rule 5: no parameter write, no step end; the plan ends one itself
+    every MAX_OPS ops, so it keeps at most one step's reads."""
+    from tritondtr.core import plan as plans
+
+    monkeypatch.setattr(plans, "MAX_OPS", 8)
+    plan = StepPlan()
+    for i in range(20):
+        plan.read("mm", [i - 1] if i else [])
+        plan.made(i)
+        plan.ran()
+    assert plan.op == 20 % 8 and len(plan.key) == 20 % 8
+    assert len(plan.previous[0]) == 8  # the last whole segment is the plan

@@ -20,13 +20,18 @@
 # 4. A plan is a hint: a step that differs (a dynamic model, the first step) only makes
 #    prefetches useless or missing, never a wrong value; a prefetch never evicts (rule 5 of
 #    NOTE [ Asynchronous offload ]).
+# 5. A session that never writes its parameters (inference, evaluation) never ends a step:
+#    after :data:`MAX_OPS` ops the plan ends one itself, so what it keeps stays bounded (a
+#    GPT-2 small training step is ~10k ops).
 """
 
 from __future__ import annotations
 
 import bisect
 
-__all__ = ["StepPlan"]
+__all__ = ["MAX_OPS", "StepPlan"]
+
+MAX_OPS = 1 << 18  # rule 5
 
 Key = tuple  # (op name, occurrence) for an op; (op key, output place) for a storage
 
@@ -77,6 +82,8 @@ class StepPlan:
             self.last = before + 1
         self.op += 1
         self.outs = 0
+        if self.op >= MAX_OPS:  # rule 5
+            self.step()
 
     def step(self) -> None:
         """A step ended: its reads are the plan of the next."""
