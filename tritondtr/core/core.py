@@ -34,9 +34,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    of their own; they declare and write no field, and change the core through its
 #    methods (``drop``, ``tick``, ``recomputed_resident``, ``admit``, ``set_offloaded``,
 #    ``wait_until``) and the parts through theirs. They stay methods, not objects: they
-#    hold no state, and an object that keeps its core is a reference cycle, which NOTE [ Session
-#    lifetime ] in runtime/session.py forbids (a part that needs the core's operations
-#    takes the core as an argument: ``Anchors.anchor(core, sid)``).
+#    hold no state, and an object that keeps its core is a reference cycle, which NOTE [
+#    Session lifetime ] in runtime/session.py forbids (a part that needs the core's
+#    operations takes the core as an argument: ``Anchors.anchor(core, sid)``).
 # 3. A part reads the core's lists through references given when it is made (lists the
 #    core appends to and never replaces) and never writes them; the core reads the graph's
 #    lists the same way (``self.size`` is ``graph.size``), so the hot paths index a list
