@@ -18,12 +18,7 @@ CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_ca
 FAST = "1TB/s"  # a link far faster than any CPU op: every victim is offloaded
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _step(name, **enable):

@@ -22,13 +22,7 @@ import torch.nn.functional as F
 import tritondtr.runtime as rt
 from tests.runtime.eager_check import compare, leaf
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 _BODY_RUNS = {"n": 0}  # every execution of a random op's body, first runs and replays

@@ -14,12 +14,7 @@ from tritondtr.runtime.tensor import VIEW_CHAIN_LIMIT, DeepView
 DEEP = 3 * VIEW_CHAIN_LIMIT + 5  # several re-rootings, and not a multiple of the limit
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 class _Ops(TorchDispatchMode):

@@ -13,12 +13,7 @@ from tests.zoo import ZOO, make, train_step, unet_case
 CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # small ops: threads only add contention on a shared CPU
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def run(name, budget=None, use_dtr=True):
