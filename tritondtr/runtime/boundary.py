@@ -254,7 +254,7 @@ def call_plain(info, args, kwargs):
             where[key] = unwrap_any(v)
         elif v is not None:
             where[key] = [unwrap_any(t) for t in v]
-    out = info.func(*pargs, **pkw)
+    out = info.run(*pargs, **pkw)
     if info.bump:  # NOTE [ Op semantics ] rule 11
         bump_versions(info, args, kwargs)
     for r, (_, _, wrote_arg) in enumerate(info.rets):

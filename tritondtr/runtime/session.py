@@ -404,7 +404,8 @@ class Session:
         info = _CACHE.get(func) or op_info(func)
         if self.depth == 0 and (self.dead or self.released):
             self.drain()
-        if not _grad_enabled() and _inference_mode():  # NOTE [ What is tracked ] rule 7
+        grad = _grad_enabled()
+        if not grad and _inference_mode():  # NOTE [ What is tracked ] rule 7
             if info.written:
                 self._freeze_if_read(info, args, kwargs)
             return boundary.call_plain(info, args, kwargs)
@@ -412,9 +413,9 @@ class Session:
             out = self._special(info, args, kwargs)
             if out is not _TRACK:
                 return out
-        if not _grad_enabled() and not _any_wrapper(info, args, kwargs):
+        if not grad and not _any_wrapper(info, args, kwargs):
             try:
-                out = func(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
+                out = info.run(*args, **kwargs)  # NOTE [ What is tracked ] rule 2
             except RuntimeError as e:
                 out = self._retry_plain(info, args, kwargs, e)
             if info.bump:  # NOTE [ Op semantics ] rule 11
@@ -507,7 +508,7 @@ class Session:
             self.freeze()
 
     def _call(self, info, args, kwargs):
-        core, func = self.core, info.func  # NOTE [ Op protocol ] in core/core.py
+        core, func = self.core, info.run  # NOTE [ Op protocol ] in core/core.py
         self.depth += 1
         try:
             inputs, parents, wrote = [], [], []
