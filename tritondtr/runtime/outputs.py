@@ -46,7 +46,18 @@ from .boundary import ReadMemory
 from .config import RuntimeConfig
 from .fsdp import FSDPWatch
 from .nondeterministic import pins_nondeterministic
-from .recipe import PLAIN, READ, WRITE, Cell, Recipe, Storage, blank, geometry, storage_ptr
+from .recipe import (
+    PLAIN,
+    READ,
+    WRITE,
+    Cell,
+    OpCall,
+    Recipe,
+    Storage,
+    blank,
+    geometry,
+    storage_ptr,
+)
 from .semantics import ONE, OTHER
 from .tensor import WRAPPER_TYPES, DTRTensor, view_wrapper
 
@@ -81,12 +92,12 @@ class OutputOwner(Protocol):
     def adopts_device(self, out: torch.Tensor, info) -> bool: ...
 
 
-def outputs(
-    session: OutputOwner, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
-):
-    """The wrapped result of op ``info`` whose plain result is ``out``: fresh outputs
+def outputs(session: OutputOwner, call: OpCall, out):
+    """The wrapped result of op ``call`` whose plain result is ``out``: fresh outputs
     tracked, views wrapped over their argument's cell, written arguments given new versions
     (NOTE [ In-place versions ] rule 1), written returns given back as the caller's objects."""
+    info, args, kwargs, pargs, pkw = call.info, call.args, call.kwargs, call.pargs, call.pkw
+    inputs, wrote, parents, cost = call.inputs, call.wrote, tuple(call.parents), call.cost
     core, rets = session.core, info.rets
     single = len(rets) == 1
     res = [out] if single else list(out) if rets else []
@@ -108,15 +119,15 @@ def outputs(
                     res[r] = [view_of(e, src, psrc) for e in o]
         elif kind == ONE:
             if _trackable(o, session, info) and not session.leaf_grad(o):
-                rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                rec = rec or Recipe(call)
                 res[r] = fresh(session, o, rec, r, -1, parents, cost)
         else:
             for j, e in enumerate(o):
                 if _trackable(e, session, info) and not session.leaf_grad(e):
-                    rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+                    rec = rec or Recipe(call)
                     o[j] = fresh(session, e, rec, r, j, parents, cost)
     if wrote:  # NOTE [ In-place versions ] rule 1
-        rec = rec or Recipe(info, pargs, pkw, inputs, rng)
+        rec = rec or Recipe(call)
         seen = set()
         alone = len({id(cell.storage) for cell in wrote}) == 1  # NOTE [ Fused versions ] 3
         for cell in wrote:

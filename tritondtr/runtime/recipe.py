@@ -117,6 +117,7 @@ __all__ = [
     "Cell",
     "Input",
     "Mode",
+    "OpCall",
     "Recipe",
     "Storage",
     "blank",
@@ -218,6 +219,41 @@ class Cell:
             pass
 
 
+class OpCall:
+    """One tracked op in flight, from its arguments to its wrapped outputs (NOTE [ One op's
+    path ] in session.py; after ``torch.utils.checkpoint``'s ``_CheckpointFrame``). It lives
+    for the op; the :class:`Recipe` made from it is what stays.
+
+    ``info`` / ``args`` / ``kwargs``: the op and its call as the program made it; ``grad``:
+    the grad mode it runs in. Binding fills ``pargs`` / ``pkw`` (the call with each tensor
+    as the plain value the op runs on), ``inputs`` (an :class:`Input` per tensor argument,
+    in argument order), ``parents`` (core ids of the tracked storages it reads, in argument
+    order, duplicates too), ``wrote`` (cells of the tracked storages it writes in place) and
+    ``blanks`` ((index, :func:`blank` description) of the inputs it overwrites: NOTE [
+    Overwriting ops ] in outputs.py, or None). Running fills ``rng`` (captured generator
+    states or None: NOTE [ RNG replay ]) and ``cost`` (ns).
+    """
+
+    __slots__ = (
+        "args", "blanks", "cost", "grad", "info", "inputs", "kwargs", "parents", "pargs",
+        "pkw", "rng", "wrote",
+    )  # fmt: skip
+
+    def __init__(self, info, args: tuple, kwargs: dict, grad: bool) -> None:
+        self.info = info
+        self.args = args
+        self.kwargs = kwargs
+        self.grad = grad
+        self.pargs = list(args)
+        self.pkw = kwargs
+        self.inputs: list[Input] = []
+        self.parents: list[int] = []
+        self.wrote: list[Cell] = []
+        self.blanks: list[tuple[int, tuple]] | None = None
+        self.rng = None
+        self.cost = 0.0
+
+
 class Recipe:
     """How to run one op again.
 
@@ -237,13 +273,14 @@ class Recipe:
         "rng",
     )  # fmt: skip
 
-    def __init__(self, info, args, kwargs, inputs: list[Input], rng) -> None:
-        self.info = info
-        self.args = args
-        self.kwargs = kwargs
-        self.inputs = inputs
-        self.rng = rng
-        self.grad = torch.is_grad_enabled()
+    def __init__(self, call: OpCall) -> None:
+        """The recipe of the op ``call`` ran (its plain call, inputs and generators)."""
+        info = self.info = call.info
+        self.args = call.pargs
+        self.kwargs = call.pkw
+        self.inputs = call.inputs
+        self.rng = call.rng
+        self.grad = call.grad
         self.det = deterministic_mode() if info.nondet else None
         self.outs: tuple[tuple[int, int], ...] = ()  # tuples: NOTE [ Storage lifetime ] rule 6
         self.aliased = False  # an input reads a storage another writes (In-place versions 3)

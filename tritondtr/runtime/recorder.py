@@ -102,8 +102,11 @@ class Recorder:
         self.timed: list[tuple] = []  # (index of a CALL in events, its op's events): rule 6
 
     # ------------------------------------------------------------ observer hooks
-    def op(self, info, args, kwargs, inputs, out, wrote, cost: float, blanks) -> None:
-        """Called by the session after each executed op (session.py ``_call``)."""
+    def op(self, call, out) -> None:
+        """Called by the session after each executed op (``call``, an ``OpCall``, with its
+        wrapped result ``out``: NOTE [ One op's path ] in session.py)."""
+        info, args, kwargs, inputs = call.info, call.args, call.kwargs, call.inputs
+        wrote, cost, blanks = call.wrote, call.cost, call.blanks
         ins = []
         in_flags = [0] * len(inputs)
         for key, j, src, view, _, mode in inputs:

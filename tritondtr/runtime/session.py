@@ -80,6 +80,27 @@
 #    reference cycle: closed sessions and their queued buffers waited for a full collection
 #    of the process (~150 ms each on the 2-core AMD EPYC guest, every few steps:
 #    docs/benchmarks.md, "What do Python's garbage collections cost a step?").
+
+# NOTE [ One op's path ]
+# 1. A tracked op is one ``OpCall`` record (recipe.py; after ``torch.utils.checkpoint``'s
+#    ``_CheckpointFrame``) taken by ``Session._call`` through three methods, in the order of
+#    NOTE [ Op protocol ] in core/core.py; the record lives for the op, the ``Recipe`` made
+#    from it stays.
+# 2. ``_bind``: every tensor argument to the plain value the op runs on (a wrapper's buffer or
+#    a view of it), each recorded as an ``Input``; the tracked ones made resident and kept so
+#    by ``Core.enter``; the inputs the op overwrites found (NOTE [ Overwriting ops ]).
+# 3. ``_run``: the op, timed and priced, retried after an out-of-memory error (NOTE [ Out-of-
+#    memory fallback ] in oom.py), then ``release_inputs``.
+# 4. ``_wrap``: the outputs tracked (``hand_out`` and ``new`` through ``track``) and wrapped:
+#    one fresh tensor, an in-place write of the first argument and one view here, every
+#    other case in outputs.py. Then the observer sees the record and ``end`` closes the op.
+# 5. What the record costs (an object and three calls per op: 0.4 to 0.8 us on the 2-core
+#    AMD EPYC guest, measured alone) is paid for by calling the op through its C entry
+#    (``OpInfo.run`` in semantics.py, 0.35 us) and reading the grad mode once: per-op
+#    dispatch -1.0 to +2.3 % of the single method it replaced, 18 interleaved rounds there
+#    (docs/benchmarks.md, What does the runtime cost per op?).
+# 6. Only the session writes its own fields; other modules call its methods (``died``,
+#    ``observe``, ``in_flight``, ``watch_leaf``): tests/runtime/test_session_fields.py.
 """
 
 from __future__ import annotations
@@ -120,6 +141,7 @@ from .recipe import (
     SNAPSHOT,
     WRITE,
     Input,
+    OpCall,
     Recipe,
     Storage,
     capture_rng,
@@ -421,7 +443,7 @@ class Session:
             if info.bump:  # NOTE [ Op semantics ] rule 11
                 bump_versions(info, args, kwargs)
             return out
-        out = self._call(info, args, kwargs)
+        out = self._call(info, args, kwargs, grad)
         node = _autograd_node()
         if node is not None and type(node) is _AccumulateGrad:  # NOTE [ What is tracked ] 4
             self.watch_leaf(node.variable)
@@ -507,128 +529,19 @@ class Session:
         if self.core.now != self.frozen_at and boundary.writes_leaf(self, info, args, kwargs):
             self.freeze()
 
-    def _call(self, info, args, kwargs):
-        core, func = self.core, info.run  # NOTE [ Op protocol ] in core/core.py
+    def _call(self, info, args, kwargs, grad: bool):
+        """One tracked op (NOTE [ One op's path ]): its arguments bound, it run, its outputs
+        wrapped, through the core in the order of NOTE [ Op protocol ] in core/core.py."""
+        core, call = self.core, OpCall(info, args, kwargs, grad)
         self.depth += 1
         try:
-            inputs, parents, wrote = [], [], []
-            written = info.written
-            pargs = list(args)
-            if info.flat is not None:  # single positional tensors: walk them directly
-                pkw = kwargs
-                n = len(args)
-                for i in info.flat:
-                    if i >= n:
-                        break
-                    v = args[i]
-                    if type(v) is DTRTensor and i not in written:  # _in's hot case
-                        cell = v._cell
-                        s = cell.storage
-                        if cell.session is self and s.recipe is not None:
-                            parents.append(s.sid)
-                            inputs.append(_new_tuple(Input, (i, -1, s, v._view, None, READ)))
-                            continue
-                    if v is not None:
-                        pargs[i] = self._in(v, i, -1, i in written, inputs, parents, wrote)
-            else:
-                pkw = dict(kwargs)
-                self._walk(info, args, kwargs, pargs, pkw, inputs, parents, wrote)
-            if written and (wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
-                for k, e in enumerate(inputs):  # before enter: a retried copy evicts no input
-                    if e.mode == PLAIN and e.key in written:
-                        copy = self._copy(e.source)
-                        inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
-            core.enter(info.name, parents)  # resident and kept so: their buffers now
-            if self.host_link.pending:  # NOTE [ Host copies on CUDA ] rule 5
-                self.host_link.order(parents)
-            if parents:
-                for e in inputs:
-                    if e.mode <= WRITE:
-                        buf, view = e.source.buf, e.view
-                        if view is not None:
-                            buf = derive(buf, view)
-                        key, j = e.key, e.index
-                        if j < 0:
-                            (pargs if type(key) is int else pkw)[key] = buf
-                        else:
-                            (pargs if type(key) is int else pkw)[key][j] = buf
-            blanks = None
-            if info.overwrites and wrote:
-                blanks = blank_writes(inputs, pargs, pkw, parents)
-            rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw) if info.random else None
-            timer = self.timer
-            attempt = 0
-            while True:
-                if timer is not None:  # NOTE [ Cost models ] rule 10
-                    timer.start()
-                t0 = _now_ns()
-                try:
-                    out = func(*pargs, **pkw)
-                    break
-                except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
-                    if not core.evicting or info.written or not is_oom(e):
-                        raise  # rule 1: a write may have been applied in part
-                    if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
-                        core.sync()
-                        for inp in inputs:
-                            if inp.mode <= WRITE and inp.source.buf is not None:
-                                core.lock_input(inp.source.sid)
-                    if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
-                        rewind_rng(rng)
-                    if not evict_for_retry(core, attempt):
-                        raise
-                    attempt += 1
-            cost = float(_now_ns() - t0)
-            if self._streams is not None:  # NOTE [ Side streams ]
-                self._side_streams(inputs)
-            if info.bump:  # NOTE [ Op semantics ] rule 11
-                bump_versions(info, args, kwargs)
-            if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
-                if self.cost_fn is _UNRESOLVED:
-                    cost = self._first_cost(info.func, pargs, pkw, out, cost)
-                else:
-                    cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
-                if timer is not None:
-                    timer.stop(cost)
-            core.release_inputs()
-            parents = tuple(parents)
-            if info.fresh1:  # one fresh output: outputs' common case
-                if (
-                    out is not None
-                    and out.layout is _STRIDED
-                    and not out.is_nested  # NOTE [ What is tracked ] rule 3
-                    and (out.device == core.device or self.adopts_device(out, info))
-                    and (_in_backward() < 0 or not self.leaf_grad(out))
-                ):
-                    rec = Recipe(info, pargs, pkw, inputs, rng)
-                    out = fresh(self, out, rec, 0, -1, parents, cost)
-                    seal(self, rec, pargs, pkw)
-            elif info.inplace1 and len(wrote) == 1 and inputs[0].key == 0:  # another: add_
-                cell = wrote[0]
-                old = cell.storage  # NOTE [ In-place versions ] rule 1
-                rec = Recipe(info, pargs, pkw, inputs, rng)
-                rec.outs = ((-1, 0),)
-                buf, pinned = old.buf, core.pinned[old.sid]
-                if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
-                    pinned = pins_nondeterministic(info, buf)
-                core.hand_out(old.sid)
-                cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
-                out = args[0]
-                seal(self, rec, pargs, pkw)
-            elif info.view1 is not None:  # one view: outputs' other common case
-                src = args[info.view1]
-                if type(src) in WRAPPER_TYPES and src._cell.session is self:
-                    psrc = pargs[info.view1]
-                    if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
-                        out = view_of(out, src, psrc)
-            else:
-                out = outputs(
-                    self, info, args, kwargs, pargs, pkw, out, inputs, parents, wrote, rng, cost
-                )
+            self._bind(call)
+            out = self._wrap(call, self._run(call))
             if self.observer is not None:
-                self.observer.op(info, args, kwargs, inputs, out, wrote, cost, blanks)
-            if blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen the call
-                for k, desc in blanks:
+                self.observer.op(call, out)
+            if call.blanks:  # NOTE [ Overwriting ops ] rule 2, once the observer has seen it
+                inputs = call.inputs
+                for k, desc in call.blanks:
                     inputs[k] = inputs[k]._replace(source=desc, version=None, mode=BLANK)
         except BudgetError:  # the op did not run (NOTE [ Recording a trace ] rule 8)
             if self.observer is not None:
@@ -645,9 +558,144 @@ class Session:
         st = self.stats
         st.ops += 1
         st.op_counts[info.name] += 1
-        core.end(cost)
+        core.end(call.cost)
         if self.timer is not None:  # NOTE [ Cost models ] rule 10: apply what completed
             self.timer.done()
+        return out
+
+    def _bind(self, call: OpCall) -> None:
+        """Rule 1 of NOTE [ One op's path ]: every tensor argument of ``call`` to the plain
+        value the op runs on, recorded as an ``Input``; its tracked storages resident and kept
+        so through ``Core.enter``."""
+        info, args, core = call.info, call.args, self.core
+        pargs, inputs, parents = call.pargs, call.inputs, call.parents
+        written = info.written
+        if info.flat is not None:  # single positional tensors: walk them directly
+            n = len(args)
+            for i in info.flat:
+                if i >= n:
+                    break
+                v = args[i]
+                if type(v) is DTRTensor and i not in written:  # _in's hot case
+                    cell = v._cell
+                    s = cell.storage
+                    if cell.session is self and s.recipe is not None:
+                        parents.append(s.sid)
+                        inputs.append(_new_tuple(Input, (i, -1, s, v._view, None, READ)))
+                        continue
+                if v is not None:
+                    pargs[i] = self._in(call, v, i, -1, i in written)
+        else:
+            call.pkw = dict(call.kwargs)
+            self._walk(call)
+        if written and (call.wrote or info.fresh):  # NOTE [ In-place versions ] rule 2
+            for k, e in enumerate(inputs):  # before enter: a retried copy evicts no input
+                if e.mode == PLAIN and e.key in written:
+                    copy = self._copy(e.source)
+                    inputs[k] = e._replace(source=copy, version=None, mode=SNAPSHOT)
+        core.enter(info.name, parents)  # resident and kept so: their buffers now
+        if self.host_link.pending:  # NOTE [ Host copies on CUDA ] rule 5
+            self.host_link.order(parents)
+        if parents:
+            pkw = call.pkw
+            for e in inputs:
+                if e.mode <= WRITE:
+                    buf, view = e.source.buf, e.view
+                    if view is not None:
+                        buf = derive(buf, view)
+                    key, j = e.key, e.index
+                    if j < 0:
+                        (pargs if type(key) is int else pkw)[key] = buf
+                    else:
+                        (pargs if type(key) is int else pkw)[key][j] = buf
+            if info.overwrites and call.wrote:
+                call.blanks = blank_writes(inputs, pargs, pkw, parents)
+
+    def _run(self, call: OpCall):
+        """Rule 2 of NOTE [ One op's path ]: the op on its plain arguments, timed and priced,
+        retried after an out-of-memory error (NOTE [ Out-of-memory fallback ] in oom.py);
+        then ``release_inputs``. Returns its plain result."""
+        info, core, timer = call.info, self.core, self.timer
+        pargs, pkw = call.pargs, call.pkw
+        if info.random:
+            call.rng = rng = capture_rng(info, _device_of(pargs, pkw), pargs, pkw)
+        else:
+            rng = None
+        func, attempt = info.run, 0
+        while True:
+            if timer is not None:  # NOTE [ Cost models ] rule 10
+                timer.start()
+            t0 = _now_ns()
+            try:
+                out = func(*pargs, **pkw)
+                break
+            except RuntimeError as e:  # NOTE [ Out-of-memory fallback ] in oom.py
+                if not core.evicting or info.written or not is_oom(e):
+                    raise  # rule 1: a write may have been applied in part
+                if core.lazy:  # NOTE [ Lazy engine ] rule 2; then lock as synced ops do
+                    core.sync()
+                    for inp in call.inputs:
+                        if inp.mode <= WRITE and inp.source.buf is not None:
+                            core.lock_input(inp.source.sid)
+                if rng is not None:  # NOTE [ Out-of-memory fallback ] rule 3
+                    rewind_rng(rng)
+                if not evict_for_retry(core, attempt):
+                    raise
+                attempt += 1
+        cost = float(_now_ns() - t0)
+        if self._streams is not None:  # NOTE [ Side streams ]
+            self._side_streams(call.inputs)
+        if info.bump:  # NOTE [ Op semantics ] rule 11
+            bump_versions(info, call.args, call.kwargs)
+        if self.cost_fn is not None:  # NOTE [ Cost models ]: before anything is tracked
+            if self.cost_fn is _UNRESOLVED:
+                cost = self._first_cost(info.func, pargs, pkw, out, cost)
+            else:
+                cost = price(self.cost_fn, info.func, tuple(pargs), pkw, out)
+            if timer is not None:
+                timer.stop(cost)
+        call.cost = cost
+        core.release_inputs()
+        return out
+
+    def _wrap(self, call: OpCall, out):
+        """Rule 3 of NOTE [ One op's path ]: the op's plain result ``out`` as the program
+        sees it, its outputs tracked (``hand_out`` / ``new`` through :meth:`track`) and
+        wrapped: one fresh tensor, an in-place write of the first argument and one view here,
+        every other case in outputs.py."""
+        info, core = call.info, self.core
+        if info.fresh1:  # one fresh output: outputs' common case
+            if (
+                out is not None
+                and out.layout is _STRIDED
+                and not out.is_nested  # NOTE [ What is tracked ] rule 3
+                and (out.device == core.device or self.adopts_device(out, info))
+                and (_in_backward() < 0 or not self.leaf_grad(out))
+            ):
+                rec = Recipe(call)
+                out = fresh(self, out, rec, 0, -1, tuple(call.parents), call.cost)
+                seal(self, rec, call.pargs, call.pkw)
+        elif info.inplace1 and len(call.wrote) == 1 and call.inputs[0].key == 0:  # add_
+            cell = call.wrote[0]
+            old = cell.storage  # NOTE [ In-place versions ] rule 1
+            rec = Recipe(call)
+            rec.outs = ((-1, 0),)
+            buf, pinned = old.buf, core.pinned[old.sid]
+            if info.nondet and not pinned:  # NOTE [ Nondeterministic ops ] rule 2
+                pinned = pins_nondeterministic(info, buf)
+            core.hand_out(old.sid)
+            cost, parents = call.cost, tuple(call.parents)
+            cell.storage = self.track(buf, rec, 0, parents, cost, pinned, old.sid)
+            out = call.args[0]
+            seal(self, rec, call.pargs, call.pkw)
+        elif info.view1 is not None:  # one view: outputs' other common case
+            src = call.args[info.view1]
+            if type(src) in WRAPPER_TYPES and src._cell.session is self:
+                psrc = call.pargs[info.view1]
+                if not info.may_copy or aliases(out, psrc):  # NOTE [ Op semantics ] 10
+                    out = view_of(out, src, psrc)
+        else:
+            out = outputs(self, call, out)
         return out
 
     def _first_cost(self, op, pargs, pkw, out, wall: float) -> float:
@@ -680,10 +728,12 @@ class Session:
             self.core.set_link(Link(devices.link_bandwidth(device) if bw is True else bw))
             self.host_link = HostLink(device)
 
-    def _walk(self, info, args, kwargs, pargs, pkw, inputs, parents, wrote) -> None:
-        """Every tensor argument (lists and kwargs too) to its plain value, via ``_in``."""
-        written = info.written
-        for i, kind, name in info.args:
+    def _walk(self, call: OpCall) -> None:
+        """Every tensor argument of ``call`` (lists and kwargs too) to its plain value, via
+        ``_in``."""
+        args, kwargs, pargs, pkw = call.args, call.kwargs, call.pargs, call.pkw
+        written = call.info.written
+        for i, kind, name in call.info.args:
             if name is None:
                 if i >= len(args):
                     continue
@@ -695,24 +745,27 @@ class Session:
             key = i if name is None else name
             w = key in written if written else False
             if kind == ONE:
-                pv = self._in(v, key, -1, w, inputs, parents, wrote)
+                pv = self._in(call, v, key, -1, w)
             else:
-                pv = [self._in(t, key, j, w, inputs, parents, wrote) for j, t in enumerate(v)]
+                pv = [self._in(call, t, key, j, w) for j, t in enumerate(v)]
             if name is None:
                 pargs[i] = pv
             else:
                 pkw[name] = pv
 
-    def _in(self, v, key, j, w, inputs, parents, wrote):
-        """The plain value of tensor argument ``v``; records it in ``inputs``."""
+    def _in(self, call: OpCall, v, key, j: int, w: bool):
+        """The plain value of tensor argument ``v`` of ``call`` (at ``key``, element ``j`` of
+        a list or -1; ``w``: the op writes it); records it in ``call.inputs``."""
         if type(v) in WRAPPER_TYPES:
             cell = v._cell
             s = cell.storage
             if cell.session is self and s.recipe is not None:  # its buffer after Core.enter
-                parents.append(s.sid)
-                inputs.append(_new_tuple(Input, (key, j, s, v._view, None, WRITE if w else READ)))
+                call.parents.append(s.sid)
+                call.inputs.append(
+                    _new_tuple(Input, (key, j, s, v._view, None, WRITE if w else READ))
+                )
                 if w:
-                    wrote.append(cell)
+                    call.wrote.append(cell)
                 return None
             v = cell.session.value(v, escape=True)  # external storage or foreign
         elif not isinstance(v, torch.Tensor):  # a Python number in a Tensor slot
@@ -720,13 +773,13 @@ class Session:
         elif v.requires_grad and _is_leaf(v):
             self.watch_leaf(v)
         elif self.leafgrads.pending and self.leafgrads.made(v):  # NOTE [ Leaf gradients ] 6
-            inputs.append(_new_tuple(Input, (key, j, self._copy(v), None, None, SNAPSHOT)))
+            call.inputs.append(_new_tuple(Input, (key, j, self._copy(v), None, None, SNAPSHOT)))
             return v
         try:
             version = v._version
         except RuntimeError:  # an inference tensor: no version counter (NOTE [ What is tracked ] 7)
             version = None
-        inputs.append(_new_tuple(Input, (key, j, v, None, version, PLAIN)))
+        call.inputs.append(_new_tuple(Input, (key, j, v, None, version, PLAIN)))
         return v
 
     # ----------------------------------------------------------------- storages
