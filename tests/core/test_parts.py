@@ -24,6 +24,7 @@ PARTS = {
     "anchors.py": "Anchors",
     "offload.py": "HostCopies",
     "plan.py": "StepPlan",
+    "tuning.py": "CopyScale",
 }
 # What each part is lent (rule 3): the core's lists and counters, bound in ``__init__``,
 # read, never written.
@@ -41,6 +42,7 @@ LENT = {
     "Anchors": set(),
     "HostCopies": set(),
     "StepPlan": set(),
+    "CopyScale": set(),
 }
 # The core's own methods in files of their own, which declare and write nothing (rule 2).
 STATELESS = {"evict.py": "Evictor", "offload.py": "Offloader", "remat.py": "Rematerializer"}

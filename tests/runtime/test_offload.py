@@ -6,12 +6,15 @@ is its device): these tests check the rules, gpu_check the CUDA path."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 import tritondtr
 import tritondtr.runtime as rt
 from tests.zoo import ZOO, make, train_step, unet_case
+from tritondtr.core.tuning import CANDIDATES
 from tritondtr.sim.simulate import simulate
 
 CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
@@ -134,6 +137,43 @@ def test_steps_with_offload_prefetch_equal_eager_and_the_twin_replays_them(name,
     )
     none = simulate(rec.trace, budget=budget, semantics="runtime", prefetch=False)
     assert none.prefetches == 0 and none.link_wait > res.link_wait
+
+
+def test_the_copy_price_scale_is_tuned_over_steps_and_the_twin_replays_it(tmp_path):
+    """NOTE [ Copy price scale ] in core/tuning.py: after an unmeasured first step each
+    candidate scale runs one step, then the one whose step took the least device time runs
+    on; the values are eager's whatever the scale, and the twin, measuring the same device
+    time, tunes alike."""
+    steps = 2 + len(CANDIDATES)
+    ref = make("gpt")
+    ref_opt = torch.optim.SGD(ref.model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        ref_loss = train_step(ref, ref_opt).detach()
+    with tritondtr.enable(budget=None) as s0:
+        train_step(make("gpt"), torch.optim.SGD(make("gpt").model.parameters(), lr=1e-2))
+    budget = int(0.3 * s0.stats.peak_bytes)
+    case = make("gpt")
+    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
+    with tritondtr.trace(
+        tmp_path / "steps.npz", budget=budget, offload="pcie4", cost="analytic"
+    ) as rec:
+        for _ in range(steps):
+            loss = rt.unwrap(train_step(case, opt).detach())
+    _equal(case, loss, ref, ref_loss)
+    tuner, st = rec.session.core.tuner, rec.session.stats
+    assert set(tuner.times) == set(CANDIDATES) and tuner.ended == steps
+    assert st.copy_scale == tuner.value == min(tuner.times, key=tuner.times.__getitem__)
+    assert tuner.times[math.inf] != tuner.times[0.0]  # the scales changed the decisions
+    res = simulate(tritondtr.sim.load_trace(tmp_path / "steps.npz"), budget=budget,
+                   semantics="runtime")  # fmt: skip
+    assert (res.evictions, res.remats, res.offloads, res.prefetches, res.peak_bytes) == (
+        st.evictions,
+        st.rematerializations,
+        st.offloads,
+        st.prefetches,
+        st.peak_bytes,
+    )
+    assert res.copy_scale == st.copy_scale
 
 
 @pytest.mark.parametrize(

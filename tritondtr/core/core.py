@@ -28,7 +28,9 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    - ``UnheldScorer`` (unheld.py): NOTE [ Unheld storages ];
 #    - ``Anchors`` (anchors.py): NOTE [ Anchored storages ];
 #    - ``HostCopies`` (offload.py): which storages have a host copy, the copies in flight
-#      (NOTE [ Asynchronous offload ]).
+#      (NOTE [ Asynchronous offload ]);
+#    - ``StepPlan`` (plan.py): NOTE [ Step plan ];
+#    - ``CopyScale`` (tuning.py): NOTE [ Copy price scale ].
 # 2. Eviction (``Evictor``, evict.py), offload (``Offloader``, offload.py) and
 #    rematerialization (``Rematerializer``, remat.py) are the core's own methods in files
 #    of their own; they declare and write no field, and change the core through its
@@ -300,6 +302,7 @@ from .offload import HostCopies, Offloader, ReadPlan
 from .plan import StepPlan
 from .remat import Rematerializer
 from .stats import CoreStats
+from .tuning import CopyScale
 from .unheld import UnheldScorer
 
 __all__ = ["Core", "Executor"]
@@ -358,6 +361,9 @@ class Core(Evictor, Offloader, Rematerializer):
         prefetch: record each step's order of reads from the first op on and, with a link,
             copy offloaded storages back in the previous step's (NOTE [ Asynchronous
             offload ] rule 5 in offload.py; NOTE [ Step plan ] in plan.py).
+        copy_scale: with a link, what a copy's price is multiplied by against a drop's (0:
+            every victim copied, ``inf``: none); None: tuned over the steps (NOTE [ Copy
+            price scale ] in tuning.py).
     """
 
     def __init__(
@@ -376,6 +382,7 @@ class Core(Evictor, Offloader, Rematerializer):
         always_offload: bool = False,
         ahead: bool = True,
         prefetch: bool = False,
+        copy_scale: float | None = None,
     ) -> None:
         self.table_device = None if table_device is None else torch.device(table_device)
         self.reuse = reuse
@@ -401,6 +408,7 @@ class Core(Evictor, Offloader, Rematerializer):
         self.steps = StepPlan() if prefetch else None
         self.plan: ReadPlan | None = self.steps
         self.copies = HostCopies()  # NOTE [ Asynchronous offload ] in offload.py
+        self.tuner = CopyScale(copy_scale)  # NOTE [ Copy price scale ] in tuning.py
         self.host, self.arriving = self.copies.host, self.copies.arriving  # read here
         # Per core id: the residency lists, indexed by sid, here; the storage graph's in
         # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
@@ -983,6 +991,9 @@ class Core(Evictor, Offloader, Rematerializer):
         self.pins.step_ended()
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
             self.steps.step()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
+        if self.link is not None:  # NOTE [ Copy price scale ] rule 3
+            self.tuner.step_ended(self.elapsed)
+            self.stats.copy_scale = self.tuner.value
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers

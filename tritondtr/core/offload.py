@@ -156,7 +156,8 @@ class Offloader:
         """Rule 3: is evicting backed ``sid`` as an offload (waiting for its copy if in
         flight, then its copy back) priced no higher than dropping it?"""
         wait = max(0.0, self.copies.copying.get(sid, 0.0) - self.elapsed)
-        return wait + self.link.duration(self.size[sid]) <= self._drop_price(sid)
+        copy = wait + self.link.duration(self.size[sid])
+        return self.tuner.cheaper(copy, self._drop_price(sid), or_equal=True)
 
     def offload_pays(self, sid: int, ahead: bool = False) -> bool:
         """NOTE [ Offload ] rule 1: is offloading resident ``sid`` cheaper than dropping it?
@@ -165,7 +166,7 @@ class Offloader:
             return True
         size, link = self.size[sid], self.link
         price = link.duration(size) if ahead else offload_price(size, link, self.elapsed)
-        return price < self._drop_price(sid)
+        return self.tuner.cheaper(price, self._drop_price(sid))  # NOTE [ Copy price scale ]
 
     def offload(self, sid: int) -> None:
         """Evict resident, unlocked ``sid`` by copying it to the host now, the op that needs

@@ -41,6 +41,8 @@ class CoreStats:
         link_wait_ns: device time the ops waited for copies (out, to free room; back, to
             read), ns of the core's device time (NOTE [ Offload link ] rule 2).
         link_busy_ns: device time the link spent copying, both directions, ns.
+        copy_scale: what a copy's price is multiplied by for the next decisions (NOTE [ Copy
+            price scale ] in core/tuning.py; 1 until a step ends).
     """
 
     evictions: int = 0
@@ -62,3 +64,4 @@ class CoreStats:
     prefetches: int = 0
     link_wait_ns: float = 0.0
     link_busy_ns: float = 0.0
+    copy_scale: float = 1.0

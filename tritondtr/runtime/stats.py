@@ -108,7 +108,8 @@ class SessionStats(CoreStats):
                     f"{self.offloads:,} copies out ({format_bytes(self.offloaded_bytes)}), "
                     f"{self.prefetches:,} prefetched, {self.fetches:,} fetched when read, "
                     f"link busy {self.link_busy_ns / 1e6:.1f} ms, waited "
-                    f"{self.link_wait_ns / 1e6:.1f} ms (device time)",
+                    f"{self.link_wait_ns / 1e6:.1f} ms (device time), copy price "
+                    f"x{self.copy_scale:g}",
                 )
             )
         if self.budget_errors:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from ..core.link import Link
+from ..core.tuning import CANDIDATES
 from ..traceformat.trace import Trace
 from ..units import parse_bytes
 from .baseline import baseline
@@ -60,6 +62,7 @@ class SimResult:
     offloads: int = 0  # copies to the host (NOTE [ Asynchronous offload ] in core/offload.py)
     prefetches: int = 0  # copies back before the read
     link_wait: float = 0.0  # ns the ops waited for the link
+    copy_scale: float = 1.0  # NOTE [ Copy price scale ] in core/tuning.py: the last in use
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,7 @@ def simulate(
     action: str = "both",
     ahead: bool = True,
     prefetch: bool | str = True,
+    copy_scale: float | str | None = None,
 ) -> SimResult:
     """Replay ``trace`` under a memory budget with one heuristic.
 
@@ -121,10 +125,20 @@ def simulate(
     step's order of reads (True), none (False) or in the trace's own order (``"trace"``: a
     recorded single step replayed as a step that repeats); True and True are the runtime's
     (NOTE [ Asynchronous offload ] in core/offload.py, NOTE [ The twin ] rule 8).
+    ``copy_scale``: what a copy's price is multiplied by against a drop's (NOTE [ Copy price
+    scale ] in core/tuning.py): None tunes it over the trace's own steps as the runtime does
+    (a single step stays at 1), a number fixes it, ``"trace"`` replays the trace as a step
+    that repeats: once at each candidate scale, the fastest run returned (what the tuner
+    chooses on identical steps; ``SimResult.copy_scale`` says which).
     Returns a :class:`SimResult`.
     """
     if prefetch not in (True, False, "trace"):
         raise ValueError(f"prefetch must be True, False or 'trace', got {prefetch!r}")
+    if copy_scale is not None and copy_scale != "trace" and not _is_scale(copy_scale):
+        raise ValueError(
+            f"copy_scale must be None, 'trace' or a number >= 0 (inf: never copy), "
+            f"got {copy_scale!r}"
+        )
     if action not in ("both", "offload", "recompute"):
         raise ValueError(f"action must be 'both', 'offload' or 'recompute', got {action!r}")
     if action == "offload" and semantics != "runtime":
@@ -145,7 +159,7 @@ def simulate(
     if semantics == "runtime":
         return _simulate_runtime(
             trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
-            offload_bandwidth, action, ahead, prefetch,
+            offload_bandwidth, action, ahead, prefetch, copy_scale,
         )  # fmt: skip
     if overhead_limit is None:
         overhead_limit = 2.0
@@ -206,10 +220,21 @@ def _pin_backward(trace: Trace, given: bool | None) -> bool:
     return bool(trace.meta.get("runtime", {}).get("pin_backward", True))
 
 
+def _is_scale(x) -> bool:
+    """Whether ``x`` is a number >= 0 (a copy price scale; ``inf`` included)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and x >= 0.0
+
+
 def _simulate_runtime(
     trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
-    offload_bandwidth, action, ahead, prefetch,
+    offload_bandwidth, action, ahead, prefetch, copy_scale,
 ) -> SimResult:  # fmt: skip
+    if copy_scale == "trace":  # the tuner's choice on a step that repeats
+        args = (trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward)
+        tail = (offload_bandwidth, action, ahead, prefetch)
+        runs = [_simulate_runtime(*args, *tail, scale) for scale in CANDIDATES]
+        ok = [r for r in runs if r.ok]
+        return min(ok, key=lambda r: r.overhead) if ok else runs[0]
     pin = _pin_backward(trace, pin_backward)
     if action == "recompute":
         offload_bandwidth = None
@@ -237,6 +262,7 @@ def _simulate_runtime(
         always_offload=action == "offload",
         ahead=ahead,
         prefetch=prefetch,
+        copy_scale=copy_scale,
     )
     scorings = -1 if core.engine is None else core.engine.selections
     res = _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
@@ -249,6 +275,7 @@ def _simulate_runtime(
         offloads=st.offloads,
         prefetches=st.prefetches,
         link_wait=st.link_wait_ns,
+        copy_scale=core.tuner.value,
     )
 
 

@@ -122,13 +122,15 @@ def replay_runtime(
     always_offload: bool = False,
     ahead: bool = True,
     prefetch: bool | str = True,
+    copy_scale: float | None = None,
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
     run stops as ``thrash``; ``reuse``: the engine's NOTE [ Stale batched choice ]; ``link``:
     offload over it too, priced or ``always_offload`` (NOTE [ Offload ] in core/core.py),
     copying ahead of the budget (``ahead``) and prefetching (``prefetch``: True, False or
-    ``"trace"``, rule 8; NOTE [ Asynchronous offload ] in core/offload.py).
+    ``"trace"``, rule 8; NOTE [ Asynchronous offload ] in core/offload.py), a copy's price
+    scaled by ``copy_scale`` (None: tuned over the steps; NOTE [ Copy price scale ]).
     Returns the run's counters and the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
@@ -143,6 +145,7 @@ def replay_runtime(
         always_offload=always_offload,
         ahead=ahead,
         prefetch=prefetch is True and link is not None,
+        copy_scale=copy_scale,
     )
     counter.core = core
     run = _Twin(trace, core, torch.device(device or "cpu"))
