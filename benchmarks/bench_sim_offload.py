@@ -9,13 +9,15 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 #    would flatter every copy; the DTR logs keep their own (Titan V) times.
 # 2. Each trace at each ratio of its runtime peak with ``dtr_eq`` in the runtime's semantics:
 #    ``recompute`` (no link), then per link ``offload`` (every victim copied) and ``both`` (the
-#    cheaper per victim), each with copies out ahead of the budget and prefetches in the
-#    trace's order (a recorded step that repeats: NOTE [ The twin ] rule 8; NOTE [
-#    Asynchronous offload ] in tritondtr/core/offload.py); and what
-#    those buy: ``both-stalled`` (every copy made when the room is needed, the op waiting),
+#    cheaper per victim at the copy price scale the runtime tunes on steps that repeat:
+#    NOTE [ Copy price scale ] in tritondtr/core/tuning.py), each with copies out ahead of
+#    the budget and prefetches in the trace's order (a recorded step that repeats: NOTE [
+#    The twin ] rule 8; NOTE [ Asynchronous offload ] in tritondtr/core/offload.py); and
+#    what those buy, each at scale 1: ``both-unscaled`` (the per-victim price alone),
+#    ``both-stalled`` (every copy made when the room is needed, the op waiting),
 #    ``both-ahead`` (no prefetch). ``overhead`` = the step's device time (ops,
 #    recomputations, waits for the link) / its compute; a failed run (oom, thrash) says so
-#    in ``note``.
+#    in ``note``; ``copy_scale``: the scale each run ended at.
 # 3. ``LOSS``: ``both`` above the better of the other two by more than 0.1 % (the twin is
 #    deterministic: no noise). The issue's target: ``both`` at least 20 % of recompute-only's
 #    overhead better on the conv and transformer steps at <= 30 % over PCIe 5.
@@ -24,8 +26,8 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 #    only, and offload only and both per link.
 
 examples:
-  python benchmarks/bench_sim_offload.py --quick --out out/offload     # zoo at scale 4, ~20 s
-  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces, ~4 min
+  python benchmarks/bench_sim_offload.py --quick --out out/offload     # zoo at scale 4, ~50 s
+  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces, ~10 min
   python benchmarks/bench_sim_offload.py --replot out/offload/sim_offload_cpu-analytic-h100.csv
 """
 
@@ -48,13 +50,15 @@ import tritondtr  # noqa: E402
 from tritondtr.sim.simulate import simulate  # noqa: E402
 
 RATIOS = (0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1)
-# Rule 2: (provider, action, copies ahead, prefetch); ``offload`` and ``both`` are the
-# whole rule, the other two take its parts away (NOTE [ Asynchronous offload ]).
+# Rule 2: (provider, action, copies ahead, prefetch, copy price scale); ``offload`` and
+# ``both`` are the whole rule, the other three take its parts away (NOTE [ Asynchronous
+# offload ], NOTE [ Copy price scale ]).
 VARIANTS = (
-    ("offload", "offload", True, "trace"),
-    ("both", "both", True, "trace"),
-    ("both-stalled", "both", False, False),
-    ("both-ahead", "both", True, False),
+    ("offload", "offload", True, "trace", None),
+    ("both", "both", True, "trace", "trace"),
+    ("both-unscaled", "both", True, "trace", 1.0),
+    ("both-stalled", "both", False, False, 1.0),
+    ("both-ahead", "both", True, False, 1.0),
 )
 LINKS = ("pcie4", "pcie5", "nvlink-c2c")
 CONV = ("cnn", "unet", "dtr-resnet32", "dtr-densenet121", "dtr-unet")
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         for ratio in RATIOS:
             runs = {"recompute": simulate(tr, "dtr_eq", ratio=ratio, semantics="runtime")}
             for link in LINKS:
-                for provider, action, ahead, prefetch in VARIANTS:
+                for provider, action, ahead, prefetch, copy_scale in VARIANTS:
                     runs[f"{provider}:{link}"] = simulate(
                         tr,
                         "dtr_eq",
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         action=action,
                         ahead=ahead,
                         prefetch=prefetch,
+                        copy_scale=copy_scale,
                     )
             for provider, r in runs.items():
                 params = f"trace={name};ratio={ratio};budget={r.budget}"
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     ("overhead", r.overhead, "x"),
                     ("remats", r.remats, "count"),
                     ("offloads", r.offloads, "count"),
+                    ("copy_scale", r.copy_scale, "x"),
                 ):
                     rows.append(
                         Row.of(
@@ -229,6 +235,11 @@ def _fmt(r) -> str:
     return f"{r.overhead:.3f}" if r.ok else r.status
 
 
+def _tuned(r) -> str:
+    """A ``both`` run with the scale it chose (NOTE [ Copy price scale ])."""
+    return f"{_fmt(r)} x{r.copy_scale:g}" if r.ok else r.status
+
+
 def _line(name, ratio, runs) -> str:
     cells = " | ".join(f"{k} {_fmt(r)}" for k, r in runs.items())
     return f"{name:16s} {ratio:.1f} | {cells}"
@@ -259,7 +270,7 @@ def _report(table, losses, target, env, scale) -> str:
     for name, ratio, runs in table:
         cells = [_fmt(runs["recompute"])]
         for k in LINKS:
-            cells += [_fmt(runs[f"offload:{k}"]), _fmt(runs[f"both:{k}"])]
+            cells += [_fmt(runs[f"offload:{k}"]), _tuned(runs[f"both:{k}"])]
         out.append(f"| {name} | {ratio:.0%} | " + " | ".join(cells) + " |")
     out += [
         "",
@@ -276,17 +287,17 @@ def _report(table, losses, target, env, scale) -> str:
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out += [
         "",
-        "What the copies beside the ops buy, PCIe 5 (both: stalled / ahead / ahead + prefetch):",
+        "What the copies beside the ops and the tuned scale buy, PCIe 5 (both: stalled /",
+        "ahead / ahead + prefetch at scale 1 / the tuned scale):",
         "",
-        "| trace | ratio | recompute | stalled | ahead | ahead + prefetch |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| trace | ratio | recompute | stalled | ahead | ahead + prefetch | tuned |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    variants = ("both-stalled:pcie5", "both-ahead:pcie5", "both-unscaled:pcie5")
     for name, ratio, runs in table:
         if ratio in (0.5, 0.3, 0.1):
-            cells = [
-                _fmt(runs[p])
-                for p in ("recompute", "both-stalled:pcie5", "both-ahead:pcie5", "both:pcie5")
-            ]
+            cells = [_fmt(runs[p]) for p in ("recompute", *variants)]
+            cells.append(_tuned(runs["both:pcie5"]))
             out.append(f"| {name} | {ratio:.0%} | " + " | ".join(cells) + " |")
     out += ["", f"Where both loses to the better of the two alone ({len(losses)}):", ""]
     out += [f"- {x}" for x in losses] or ["- none"]

@@ -204,7 +204,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="steps",
         help="with offload: copies back ahead of the read in the previous step's order, as "
         "the runtime (steps; a one-step trace has none), in the trace's own order (trace: "
-        "the step replayed as one that repeats), or none (NOTE [ Asynchronous offload ])",
+        "the step replayed as one that repeats, both at the copy price scale the runtime "
+        "would tune on such steps), or none (NOTE [ Asynchronous offload ], NOTE [ Copy "
+        "price scale ])",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -283,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
                     kw_link = {}
                 elif action != "recompute":
                     kw_link = {"offload_bandwidth": bw, "action": action, "prefetch": prefetch}
+                    if action == "both" and prefetch == "trace":  # NOTE [ Copy price scale ]
+                        kw_link["copy_scale"] = "trace"
                 else:
                     kw_link = {"action": "recompute"}
                 for i, x in enumerate(points):
@@ -325,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
         "remats",
         "selections",
         "wall_s",
-        *(("action", "offloads", "link_wait") if bw is not None else ()),
+        *(("action", "offloads", "link_wait", "copy_scale") if bw is not None else ()),
     ]
     extra = ["ref_status", "ref_overhead"] if reference else []
     with open(out / "results.csv", "w", newline="") as f:
@@ -346,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         f"{'overhead':>10}{'evictions':>10}{'remats':>8}{'select':>8}{'time s':>8}"
     )
     if bw is not None:
-        head += f"{'action':>10}{'offloads':>9}"
+        head += f"{'action':>10}{'offloads':>9}{'scale':>7}"
     if reference:
         head += f"{'ref':>8}{'ref ovh':>9}"
     print(head)
@@ -358,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r.selections:>8}{r.wall_s:>8.2f}"
         )
         if bw is not None:
-            line += f"{r.action:>10}{r.offloads:>9}"
+            line += f"{r.action:>10}{r.offloads:>9}{r.copy_scale:>7g}"
         if reference:
             st, ov = ref_of(name, r)
             line += f"{st:>8}{ov:>9}"
