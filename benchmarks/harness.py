@@ -89,6 +89,8 @@ def _quantile(xs: list[float], q: float) -> float:
     pos = q * (len(xs) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
+    if xs[hi] == xs[lo]:  # also inf: inf - inf would be nan
+        return xs[lo]
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 

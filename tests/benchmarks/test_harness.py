@@ -67,6 +67,14 @@ def test_stats_quantiles_match_numpy(n):
     np.testing.assert_allclose([s.median, s.q1, s.q3, s.min, s.max], want, rtol=1e-12)
 
 
+def test_stats_of_infinite_samples_are_infinite_not_nan():
+    """A sample that is inf (a copy price scale that never copies) gives inf quantiles where
+    the interpolation reaches it (numpy's percentile gives nan there: inf - inf)."""
+    inf = math.inf
+    assert Stats.of([inf]) == Stats(inf, inf, inf, inf, inf)
+    assert Stats.of([1.0, inf, inf]) == Stats(inf, inf, inf, 1.0, inf)
+
+
 def test_stats_map_keeps_order_under_a_decreasing_function():
     s = Stats(2.0, 1.0, 4.0, 0.5, 8.0).map(lambda t: 8.0 / t)
     assert s == Stats(4.0, 2.0, 8.0, 1.0, 16.0)
