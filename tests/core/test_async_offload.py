@@ -45,6 +45,7 @@ class Plan:
     def __init__(self) -> None:
         self.reads: dict[int, list[int]] = {}
         self.op = 0
+        self.epoch = 0
 
     def position(self) -> int:
         return self.op
@@ -180,7 +181,7 @@ def test_a_prefetch_brings_back_what_the_plan_reads_next_and_the_reader_waits_fo
     b = _op(core, "b", 100, 1e6)
     c = _op(core, "c", 100, 1e6)
     d = _op(core, "d", 100, 1e6)  # a evicted (offloaded) before d
-    assert core.offloaded[a] and core.copies.waiting == [(10, a)]
+    assert core.offloaded[a] and core.copies.waiting == [(10, a, core.born[a], 0)]
     core.release(b)
     core.release(c)  # 150 bytes free: room for a, not above one op's output
     plan.op = 4
@@ -214,6 +215,31 @@ def test_a_prefetch_never_evicts_and_waits_for_the_plan_window():
     plan.op = 190  # within it, but no room below the budget minus one op's output
     _op(core, "f", 1, 1.0)
     assert ex.fetched == [] and core.stats.prefetches == 0
+    core.check_invariants()
+
+
+@pytest.mark.parametrize("stale", [None, "epoch", "reused id"])
+def test_a_stale_prefetch_entry_brings_nothing_back(stale):
+    """Rule 5, the waiting heap: an entry made on another axis of the plan (a step ended
+    since) or for another storage of the same id (its creation clock differs) is dropped
+    when popped, not prefetched; a fresh one, the same way, is prefetched."""
+    plan = Plan()
+    core, ex = _core(250, plan)
+    a = _op(core, "a", 100, 1e6)
+    plan.reads[a] = [10]
+    b, c, d = (_op(core, n, 100, 1e6) for n in "bcd")
+    assert core.offloaded[a] and len(core.copies.waiting) == 1
+    if stale == "epoch":
+        plan.epoch += 1
+    elif stale == "reused id":  # as if the entry were left by an earlier storage ``a``
+        at, sid, made, epoch = core.copies.waiting[0]
+        core.copies.waiting[0] = (at, sid, made - 1, epoch)
+    for sid in (b, c, d):  # room for a, above one op's output
+        core.release(sid)
+    plan.op = 5
+    _op(core, "e", 1, 1.0)
+    assert ex.fetched == ([a] if stale is None else [])
+    assert core.copies.waiting == []
     core.check_invariants()
 
 

@@ -19,10 +19,13 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    so far, ``stats.max_op_out_bytes``), the best of the heuristic's top
 #    :data:`AHEAD_CANDIDATES` that has no copy is copied out, if that pays with the copy out
 #    hidden: its copy back is cheaper than its recomputation with its evicted neighbourhood
-#    (always, under ``always_offload``). Its bytes stay resident and counted until the budget
-#    makes it a victim; the ops go on meanwhile. One copy ahead at a time (the link is idle
-#    when one is issued), so a copy made for room (NOTE [ Offload ] rule 3) queues behind at
-#    most one.
+#    (always, under ``always_offload``), at the copy price scale (NOTE [ Copy price scale ]
+#    in tuning.py; at the scale that never copies there is no look: a link too slow for
+#    any copy to pay tunes to it, and its looks were most of its per-op cost: the zoo GPT
+#    at 30 % over 10 MB/s, 10 steps, 2257 scorings before, 1007 after). Its bytes stay
+#    resident and counted until the budget makes it a victim; the ops go on meanwhile. One
+#    copy ahead at a time (the link is idle when one is issued), so a copy made for room
+#    (NOTE [ Offload ] rule 3) queues behind at most one.
 # 3. A backed victim is still priced as NOTE [ Offload ] rule 1 prices any victim, with
 #    nothing left to copy out: the wait for its copy if in flight plus its copy back,
 #    against its recomputation with its evicted neighbourhood; offloaded if that is no
@@ -39,7 +42,9 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    or handed out while its copy is in flight does not wait (its bytes were not needed for
 #    room; the executor keeps them until the copy is done). Nothing else waits for the link.
 # 5. Prefetch (with a plan: ``Core.plan``, the order in which a previous step read its
-#    storages, :class:`ReadPlan`): after each op, when the host-to-device direction is idle,
+#    storages, :class:`ReadPlan`; an offloaded storage waits in a heap by the op the plan
+#    reads it at, an entry stale once the storage is fetched, its id reused or the plan's op
+#    numbers started again): after each op, when the host-to-device direction is idle,
 #    the offloaded storage the plan reads next, within the next :data:`PREFETCH_OPS` ops, is
 #    copied back if its bytes fit below ``budget - headroom`` without evicting anything (a
 #    storage no wrapper holds is not: no op can read it). It
@@ -57,6 +62,7 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Protocol
 
 from ..engine.residency import RESIDENT
@@ -78,6 +84,11 @@ class ReadPlan(Protocol):
     def next_read(self, sid: int) -> int | None:
         """The number of the first op from :meth:`position` on that reads ``sid``, or None."""
 
+    @property
+    def epoch(self) -> int:
+        """How many times the plan's op numbers started again (a step plan's steps): a read
+        it predicted in an earlier epoch is on another axis."""
+
 
 class HostCopies:
     """Which storages have a host copy, and the copies in flight, in the core's device time
@@ -87,7 +98,9 @@ class HostCopies:
     ``copying[sid]``: when its copy out is done, while that is later than the last look.
     ``arriving[sid]``: when its copy back (a prefetch) is done, likewise. ``backed``: bytes
     of resident storages with a host copy. ``waiting``: the offloaded storages by the op
-    the plan reads them at (a heap; entries go stale, and are checked when popped)."""
+    the plan reads them at, ``(op, sid, its creation clock, the plan's epoch)`` (a heap;
+    entries go stale, and are checked when popped: the storage fetched, forgotten, its id
+    reused, or the plan's op numbers started again)."""
 
     __slots__ = ("arriving", "backed", "copying", "host", "waiting")
 
@@ -96,7 +109,7 @@ class HostCopies:
         self.copying: dict[int, float] = {}
         self.arriving: dict[int, float] = {}
         self.backed = 0
-        self.waiting: list[tuple[int, int]] = []
+        self.waiting: list[tuple[int, int, int, int]] = []
 
     def grow(self) -> None:
         self.host.append(0)
@@ -235,7 +248,9 @@ class Offloader:
     def after_op(self) -> None:
         """Rules 2 and 5, after each op, with a link and a budget."""
         budget, link = self.bytes.budget, self.link
-        if self.ahead and link.out_busy <= self.elapsed:
+        # at a scale that never copies no copy ahead can pay: no look (NOTE [ Copy price
+        # scale ]; a link too slow for any copy tunes to it)
+        if self.ahead and link.out_busy <= self.elapsed and self.tuner.value != math.inf:
             room = budget - self.bytes.resident + self.copies.backed
             if room < self.stats.max_op_out_bytes:
                 self._ahead()
@@ -255,12 +270,17 @@ class Offloader:
     def _prefetch(self) -> None:
         """Rule 5: copy back the offloaded storage the plan reads next, if it fits."""
         plan, waiting, offloaded = self.plan, self.copies.waiting, self.offloaded
-        pos = plan.position()
-        held = self.held
+        pos, epoch = plan.position(), plan.epoch
+        held, born = self.held, self.born
         while waiting:
-            at, sid = waiting[0]
-            if not offloaded[sid] or not held[sid]:  # fetched or forgotten since, or no op
-                heapq.heappop(waiting)  # can read it (no wrapper holds it)
+            at, sid, made, planned = waiting[0]
+            if (
+                not offloaded[sid]  # fetched since
+                or not held[sid]  # no op can read it (no wrapper holds it)
+                or born[sid] != made  # forgotten, its id another storage's now
+                or planned != epoch  # the plan's op numbers started again
+            ):
+                heapq.heappop(waiting)
                 continue
             if at < pos:  # the plan's read did not come: when is the next?
                 heapq.heappop(waiting)
@@ -296,4 +316,4 @@ class Offloader:
         if self.plan is not None:
             at = self.plan.next_read(sid)
             if at is not None:
-                heapq.heappush(self.copies.waiting, (at, sid))
+                heapq.heappush(self.copies.waiting, (at, sid, self.born[sid], self.plan.epoch))

@@ -40,7 +40,9 @@ class StepPlan:
     """A :class:`~tritondtr.core.offload.ReadPlan` from the previous step (NOTE [ Step
     plan ])."""
 
-    __slots__ = ("at", "counts", "index", "key", "last", "op", "outs", "previous", "reads")
+    __slots__ = (
+        "at", "counts", "epoch", "index", "key", "last", "op", "outs", "previous", "reads",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.op = 0  # this step's number of the op in flight (or next)
@@ -52,6 +54,7 @@ class StepPlan:
         self.reads: dict[Key, list[int]] = {}  # storage key -> the ops reading it (numbers)
         self.previous: tuple[dict[Key, int], dict[Key, list[int]]] = ({}, {})  # last step's
         self.last = 0  # position(): rule 2
+        self.epoch = 0  # steps ended (ReadPlan.epoch)
 
     def read(self, name: str, sids) -> None:
         """Op ``name`` runs next and reads ``sids``."""
@@ -91,6 +94,7 @@ class StepPlan:
         self.index, self.reads, self.key, self.counts = {}, {}, {}, {}
         self.op = self.outs = self.last = 0
         self.at = ()
+        self.epoch += 1
 
     def position(self) -> int:
         return self.last

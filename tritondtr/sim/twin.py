@@ -359,6 +359,8 @@ class _Plan:
                     base[t] = t
         self.reads = reads
 
+    epoch = 0  # ReadPlan.epoch: one trace, one axis
+
     def position(self) -> int:
         return self.run.op + 1
 
