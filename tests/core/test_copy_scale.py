@@ -1,6 +1,6 @@
 """NOTE [ Copy price scale ] in tritondtr/core/tuning.py: the scale a copy's price is multiplied
 by, tuned over steps by their device time; its effect on the twin's decisions (``inf`` is
-recompute only, exactly; ``"trace"`` is the fastest candidate's run)."""
+recompute only, exactly; ``"trace"`` is the run of the candidate the tuner keeps)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import tritondtr
 from tests.zoo import make, train_step
-from tritondtr.core.tuning import CANDIDATES, CopyScale
+from tritondtr.core.tuning import CANDIDATES, MARGIN, CopyScale, choose
 from tritondtr.sim.simulate import simulate
 
 
@@ -39,6 +39,15 @@ def test_equal_times_keep_the_first_measured():
     tuner = CopyScale()
     _ended(tuner, [7.0] + [10.0] * len(CANDIDATES))
     assert tuner.value == CANDIDATES[0] == 1.0
+
+
+def test_scale_1_is_kept_unless_another_is_faster_by_more_than_the_margin():
+    assert choose({1.0: 100.0, 0.25: 100.0 * (1 - MARGIN / 2)}) == 1.0
+    assert choose({1.0: 100.0, 0.25: 99.0, 0.0: 99.0}) == 0.25  # the first of equal ones
+    assert choose({math.inf: 5.0, 0.0: 7.0}) == math.inf  # 1 failed: not among them
+    tuner = CopyScale()
+    _ended(tuner, [7.0, 1000.0, 2000.0, 999.5, 3000.0, 4000.0])
+    assert tuner.value == 1.0
 
 
 def test_a_fixed_scale_is_never_tuned():
@@ -86,10 +95,10 @@ def test_inf_is_recompute_only_exactly(gpt_trace):
     assert _counts(never)[:5] == _counts(rec)[:5]
 
 
-def test_trace_returns_the_fastest_candidate_run(gpt_trace):
+def test_trace_returns_the_run_the_tuner_keeps(gpt_trace):
     kw = dict(ratio=0.3, semantics="runtime", offload_bandwidth="pcie4", prefetch="trace")
     runs = {c: simulate(gpt_trace, copy_scale=c, **kw) for c in CANDIDATES}
-    best = min((r for r in runs.values() if r.ok), key=lambda r: r.overhead)
+    best = runs[choose({c: r.compute for c, r in runs.items() if r.ok})]
     tuned = simulate(gpt_trace, copy_scale="trace", **kw)
     assert _counts(tuned) == _counts(best) and tuned.copy_scale == best.copy_scale
     assert tuned.overhead <= runs[1.0].overhead

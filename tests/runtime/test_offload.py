@@ -14,7 +14,7 @@ import torch
 import tritondtr
 import tritondtr.runtime as rt
 from tests.zoo import ZOO, make, train_step, unet_case
-from tritondtr.core.tuning import CANDIDATES
+from tritondtr.core.tuning import CANDIDATES, choose
 from tritondtr.sim.simulate import simulate
 
 CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
@@ -162,7 +162,7 @@ def test_the_copy_price_scale_is_tuned_over_steps_and_the_twin_replays_it(tmp_pa
     _equal(case, loss, ref, ref_loss)
     tuner, st = rec.session.core.tuner, rec.session.stats
     assert set(tuner.times) == set(CANDIDATES) and tuner.ended == steps
-    assert st.copy_scale == tuner.value == min(tuner.times, key=tuner.times.__getitem__)
+    assert st.copy_scale == tuner.value == choose(tuner.times)
     assert tuner.times[math.inf] != tuner.times[0.0]  # the scales changed the decisions
     res = simulate(tritondtr.sim.load_trace(tmp_path / "steps.npz"), budget=budget,
                    semantics="runtime")  # fmt: skip

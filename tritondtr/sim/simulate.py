@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from ..core.link import Link
-from ..core.tuning import CANDIDATES
+from ..core.tuning import CANDIDATES, choose
 from ..traceformat.trace import Trace
 from ..units import parse_bytes
 from .baseline import baseline
@@ -128,8 +128,9 @@ def simulate(
     ``copy_scale``: what a copy's price is multiplied by against a drop's (NOTE [ Copy price
     scale ] in core/tuning.py): None tunes it over the trace's own steps as the runtime does
     (a single step stays at 1), a number fixes it, ``"trace"`` replays the trace as a step
-    that repeats: once at each candidate scale, the fastest run returned (what the tuner
-    chooses on identical steps; ``SimResult.copy_scale`` says which).
+    that repeats: once at each candidate scale, the run the tuner would keep on identical
+    steps returned (:func:`~tritondtr.core.tuning.choose`; ``SimResult.copy_scale`` says
+    which).
     Returns a :class:`SimResult`.
     """
     if prefetch not in (True, False, "trace"):
@@ -232,9 +233,9 @@ def _simulate_runtime(
     if copy_scale == "trace":  # the tuner's choice on a step that repeats
         args = (trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward)
         tail = (offload_bandwidth, action, ahead, prefetch)
-        runs = [_simulate_runtime(*args, *tail, scale) for scale in CANDIDATES]
-        ok = [r for r in runs if r.ok]
-        return min(ok, key=lambda r: r.overhead) if ok else runs[0]
+        runs = {scale: _simulate_runtime(*args, *tail, scale) for scale in CANDIDATES}
+        ok = {scale: r.compute for scale, r in runs.items() if r.ok}
+        return runs[choose(ok)] if ok else runs[CANDIDATES[0]]
     pin = _pin_backward(trace, pin_backward)
     if action == "recompute":
         offload_bandwidth = None
