@@ -35,16 +35,19 @@ def test_the_first_step_is_not_measured_then_each_candidate_runs_once():
     assert _ended(tuner, [5.0, 500.0]) == [0.25, 0.25]  # chosen for good
 
 
-def test_equal_times_keep_the_first_measured():
+def test_equal_times_keep_never_copying():
+    """The least host work: no copies, no looks for copies ahead, no host memory."""
     tuner = CopyScale()
     _ended(tuner, [7.0] + [10.0] * len(CANDIDATES))
-    assert tuner.value == CANDIDATES[0] == 1.0
+    assert tuner.value == math.inf
 
 
-def test_scale_1_is_kept_unless_another_is_faster_by_more_than_the_margin():
-    assert choose({1.0: 100.0, 0.25: 100.0 * (1 - MARGIN / 2)}) == 1.0
+def test_never_copying_then_scale_1_are_kept_unless_another_is_faster_by_the_margin():
+    near = 100.0 * (1 - MARGIN / 2)
+    assert choose({1.0: 100.0, 0.25: near}) == 1.0
+    assert choose({1.0: 100.0, math.inf: 100.0, 0.25: near}) == math.inf
     assert choose({1.0: 100.0, 0.25: 99.0, 0.0: 99.0}) == 0.25  # the first of equal ones
-    assert choose({math.inf: 5.0, 0.0: 7.0}) == math.inf  # 1 failed: not among them
+    assert choose({math.inf: 7.0, 0.0: 5.0}) == 0.0  # 1 failed: not among them
     tuner = CopyScale()
     _ended(tuner, [7.0, 1000.0, 2000.0, 999.5, 3000.0, 4000.0])
     assert tuner.value == 1.0

@@ -21,11 +21,10 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    hidden: its copy back is cheaper than its recomputation with its evicted neighbourhood
 #    (always, under ``always_offload``), at the copy price scale (NOTE [ Copy price scale ]
 #    in tuning.py; at the scale that never copies there is no look: a link too slow for
-#    any copy to pay tunes to it, and its looks were most of its per-op cost: the zoo GPT
-#    at 30 % over 10 MB/s, 10 steps, 2257 scorings before, 1007 after). Its bytes stay
-#    resident and counted until the budget makes it a victim; the ops go on meanwhile. One
-#    copy ahead at a time (the link is idle when one is issued), so a copy made for room
-#    (NOTE [ Offload ] rule 3) queues behind at most one.
+#    any copy to pay tunes to it, and its looks were most of its per-op cost,
+#    docs/simulator.md). Its bytes stay resident and counted until the budget makes it a
+#    victim; the ops go on meanwhile. One copy ahead at a time (the link is idle when one is
+#    issued), so a copy made for room (NOTE [ Offload ] rule 3) queues behind at most one.
 # 3. A backed victim is still priced as NOTE [ Offload ] rule 1 prices any victim, with
 #    nothing left to copy out: the wait for its copy if in flight plus its copy back,
 #    against its recomputation with its evicted neighbourhood; offloaded if that is no

@@ -10,25 +10,25 @@
 # 2. Why a scale, and why tuned by steps: a price per victim cannot see what its copy does
 #    to the rest of the step (the link's queue, the room a prefetch needs, what a copy back
 #    evicts), nor what its drop does (its neighbourhood may never be recomputed). A step's
-#    device time sees all of it, and training steps repeat. Measured on the twin (every
-#    recorded step, 90..10 %, three links): at scale 1 alone "both" lost to the better of
-#    recompute only and offload only at 67 of 210 points by more than 0.1 % of the step (4
-#    by more than 5 %); choosing among 1, ``inf`` and 0 per point, at none
-#    (docs/simulator.md, Where does offload pay?).
+#    device time sees all of it, and training steps repeat. And 0 and ``inf`` among the
+#    candidates make the tuned rule no slower than copying every victim or none, where a
+#    price per victim alone lost to one of them (the twin, every recorded step, 90..10 %,
+#    three links: docs/simulator.md, Where does offload pay?).
 # 3. The tuner: the first step runs at 1 and is not measured (it differs from the next ones:
 #    lazy initialisations, no step plan to prefetch by); each of the next steps runs at the
 #    next of :data:`CANDIDATES` not yet measured, and once all are, every step runs at the
-#    one whose step took the least device time (:func:`choose`), or at 1 if its step took at
-#    most :data:`MARGIN` longer: steps within a hair of each other keep the plain price (on
-#    the zoo's steps at 30 %, scales 1, 0 and 1/4 ran within nanoseconds of each other, and
-#    the least was any of them). A step ends where the step plan's does (``Core.freeze``:
-#    the optimizer's parameter writes).
+#    one whose step took the least device time (:func:`choose`), unless never copying, else
+#    1, took at most :data:`MARGIN` longer: several scales often make the same decisions,
+#    and which of them is least is then left neither to nanoseconds nor to noise. Never
+#    copying first: it does the least host work (no copies, no looks for copies ahead, no
+#    host memory); then the plain price. A step ends where the step plan's does
+#    (``Core.freeze``: the optimizer's parameter writes).
 # 4. It depends only on the core's device time, so the twin replays the runtime's choices
 #    exactly (NOTE [ Offload link ] rule 2). A session given a fixed scale never tunes.
-# 5. What it costs: each candidate runs one whole step, the slow ones too (offload only on a
-#    conv step: 1.95x the step's compute where recompute only took 1.26x, DenseNet-121 at
-#    30 % over PCIe 4). A session that never writes its parameters never ends a step and
-#    stays at 1.
+# 5. What it costs: each candidate runs one whole step, the slow ones too (copying every
+#    victim on a conv step can take half as long again as recomputing: docs/simulator.md).
+#    A session that never writes its parameters never ends a step and stays at 1; one that
+#    writes them more than once a step tunes on parts of steps.
 """
 
 from __future__ import annotations
@@ -43,10 +43,13 @@ MARGIN = 1e-3  # rule 3: how much faster than scale 1 another must be (the sweep
 
 def choose(times: dict[float, float]) -> float:
     """Rule 3: the scale whose step took the least of ``times`` (device time per scale; the
-    first of equal ones), or 1 if its step took at most :data:`MARGIN` longer."""
+    first of equal ones), unless ``inf``, else 1, took at most :data:`MARGIN` longer."""
     best = min(times, key=times.__getitem__)
-    one = times.get(1.0)
-    return 1.0 if one is not None and one <= times[best] * (1.0 + MARGIN) else best
+    for kept in (math.inf, 1.0):
+        t = times.get(kept)
+        if t is not None and t <= times[best] * (1.0 + MARGIN):
+            return kept
+    return best
 
 
 class CopyScale:
