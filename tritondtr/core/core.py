@@ -400,6 +400,7 @@ class Core(Evictor, Offloader, Rematerializer):
         self.closed = False
         self.now = 0  # the clock: +1 per op and per recomputation
         self.elapsed = 0.0  # device time, ns: the costs of what ran (NOTE [ Offload link ])
+        self.ops = 0  # ops ended (NOTE [ Copy price scale ] rule 4: a step's length)
         self.link = link  # NOTE [ Offload ]
         self.always_offload = always_offload
         self.ahead = ahead  # NOTE [ Asynchronous offload ] rule 2
@@ -767,6 +768,7 @@ class Core(Evictor, Offloader, Rematerializer):
         versions it fused are free again (NOTE [ Fused versions ] rule 5). ``cost``: the op's
         (ns), the device time it took (NOTE [ Offload link ] rule 2)."""
         self.elapsed += cost
+        self.ops += 1
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
             self.steps.ran()
         if self.absorbed:
@@ -992,7 +994,7 @@ class Core(Evictor, Offloader, Rematerializer):
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
             self.steps.step()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
         if self.link is not None:  # NOTE [ Copy price scale ] rule 3
-            self.tuner.step_ended(self.elapsed)
+            self.tuner.step_ended(self.elapsed, self.ops)
             self.stats.copy_scale = self.tuner.value
 
     def close(self) -> None:
