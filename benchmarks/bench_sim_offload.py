@@ -27,7 +27,7 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 
 examples:
   python benchmarks/bench_sim_offload.py --quick --out out/offload     # zoo at scale 4, ~50 s
-  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces, ~10 min
+  python benchmarks/bench_sim_offload.py --out benchmarks/results      # all traces, ~7 min
   python benchmarks/bench_sim_offload.py --replot out/offload/sim_offload_cpu-analytic-h100.csv
 """
 

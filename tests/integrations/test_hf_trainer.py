@@ -105,10 +105,8 @@ def test_trainer_train_with_offload_inside_one_session(tmp_path, share):
     budget = int(measured.peak_bytes * share)
     trainer, stats = _train(
         tmp_path / "dtr", budget, offload="1TB/s", bf16=False, checkpointing=False
-    )  # a link far faster than any CPU op: every victim offloaded at scale 1
+    )  # a link far faster than any CPU op: every victim offloaded, at every scale tried
     assert stats.evictions > 0 and stats.peak_bytes <= budget + stats.max_op_out_bytes
     assert_same_parameters(trainer.model, eager.model)
     assert _logged(trainer) == _logged(eager)
-    # the copy price scale tunes from the second step on (NOTE [ Copy price scale ]): the
-    # third step never copies, so it recomputes; every step's values are eager's
-    assert stats.offloads > 0 and stats.prefetches > 0 and stats.rematerializations > 0
+    assert stats.offloads > 0 and stats.prefetches > 0 and stats.rematerializations == 0
