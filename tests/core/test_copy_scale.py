@@ -140,3 +140,8 @@ def test_trace_returns_the_run_the_tuner_keeps(gpt_trace):
 def test_simulate_refuses_a_bad_copy_scale(gpt_trace, bad):
     with pytest.raises(ValueError, match="copy_scale must be None, 'trace' or a number"):
         simulate(gpt_trace, ratio=0.3, semantics="runtime", copy_scale=bad)
+
+
+def test_copy_scale_is_modelled_in_runtime_semantics_only(gpt_trace):
+    with pytest.raises(ValueError, match="copy_scale is modelled in semantics='runtime' only"):
+        simulate(gpt_trace, ratio=0.3, copy_scale=1.0)

@@ -101,38 +101,43 @@ def test_the_twin_replays_a_run_with_offload_to_its_decisions(tmp_path):
     assert plain.offloads == 0
 
 
-@pytest.mark.parametrize("name", ["gpt", "lstm"])
-def test_steps_with_offload_prefetch_equal_eager_and_the_twin_replays_them(name, tmp_path):
-    """NOTE [ Step plan ] in core/plan.py: from the second step on, offloaded storages come
-    back in the previous step's order before they are read; the values are eager's, and the
-    twin, recording the same plan from the same calls, makes the same prefetches."""
+def _traced_steps(name: str, steps: int, offload: str, path):
+    """``steps`` SGD steps of zoo model ``name`` in eager, and in one traced session with
+    ``offload`` at 30 % of its peak under the analytic model (the same choices every run):
+    (case, its last loss, the eager case, eager's last loss, the recorder, the budget)."""
     ref = make(name)
     ref_opt = torch.optim.SGD(ref.model.parameters(), lr=1e-2)
-    for _ in range(3):
+    for _ in range(steps):
         ref_loss = train_step(ref, ref_opt).detach()
     with tritondtr.enable(budget=None) as s0:
         train_step(make(name), torch.optim.SGD(make(name).model.parameters(), lr=1e-2))
     budget = int(0.3 * s0.stats.peak_bytes)
     case = make(name)
     opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
-    with tritondtr.trace(
-        tmp_path / "steps.npz", budget=budget, offload="20GB/s", cost="analytic"
-    ) as rec:  # the analytic model: the same choices on every run
-        for _ in range(3):
+    with tritondtr.trace(path, budget=budget, offload=offload, cost="analytic") as rec:
+        for _ in range(steps):
             loss = rt.unwrap(train_step(case, opt).detach())
+    return case, loss, ref, ref_loss, rec, budget
+
+
+def _replayed(res, st) -> tuple:
+    """The twin's counts and the session's, side by side for one comparison."""
+    twin = (res.evictions, res.remats, res.offloads, res.prefetches, res.peak_bytes)
+    return twin, (st.evictions, st.rematerializations, st.offloads, st.prefetches, st.peak_bytes)
+
+
+@pytest.mark.parametrize("name", ["gpt", "lstm"])
+def test_steps_with_offload_prefetch_equal_eager_and_the_twin_replays_them(name, tmp_path):
+    """NOTE [ Step plan ] in core/plan.py: from the second step on, offloaded storages come
+    back in the previous step's order before they are read; the values are eager's, and the
+    twin, recording the same plan from the same calls, makes the same prefetches."""
+    case, loss, ref, ref_loss, rec, budget = _traced_steps(name, 3, "20GB/s", tmp_path / "s.npz")
     _equal(case, loss, ref, ref_loss)
     st = rec.session.stats
     assert st.prefetches > 0 and st.offloads > 0
-    res = simulate(
-        tritondtr.sim.load_trace(tmp_path / "steps.npz"), budget=budget, semantics="runtime"
-    )
-    assert (res.evictions, res.remats, res.offloads, res.prefetches, res.peak_bytes) == (
-        st.evictions,
-        st.rematerializations,
-        st.offloads,
-        st.prefetches,
-        st.peak_bytes,
-    )
+    res = simulate(tritondtr.sim.load_trace(tmp_path / "s.npz"), budget=budget, semantics="runtime")
+    twin, session = _replayed(res, st)
+    assert twin == session
     none = simulate(rec.trace, budget=budget, semantics="runtime", prefetch=False)
     assert none.prefetches == 0 and none.link_wait > res.link_wait
 
@@ -143,33 +148,16 @@ def test_the_copy_price_scale_is_tuned_over_steps_and_the_twin_replays_it(tmp_pa
     on; the values are eager's whatever the scale, and the twin, measuring the same device
     time, tunes alike."""
     steps = 2 + len(CANDIDATES)
-    ref = make("gpt")
-    ref_opt = torch.optim.SGD(ref.model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        ref_loss = train_step(ref, ref_opt).detach()
-    with tritondtr.enable(budget=None) as s0:
-        train_step(make("gpt"), torch.optim.SGD(make("gpt").model.parameters(), lr=1e-2))
-    budget = int(0.3 * s0.stats.peak_bytes)
-    case = make("gpt")
-    opt = torch.optim.SGD(case.model.parameters(), lr=1e-2)
-    with tritondtr.trace(
-        tmp_path / "steps.npz", budget=budget, offload="pcie4", cost="analytic"
-    ) as rec:
-        for _ in range(steps):
-            loss = rt.unwrap(train_step(case, opt).detach())
+    case, loss, ref, ref_loss, rec, budget = _traced_steps(
+        "gpt", steps, "pcie4", tmp_path / "s.npz"
+    )
     _equal(case, loss, ref, ref_loss)
     tuner, st = rec.session.core.tuner, rec.session.stats
     assert set(tuner.times) == set(CANDIDATES) and tuner.ended == steps
     assert st.copy_scale == tuner.value == choose(tuner.times)
-    res = simulate(tritondtr.sim.load_trace(tmp_path / "steps.npz"), budget=budget,
-                   semantics="runtime")  # fmt: skip
-    assert (res.evictions, res.remats, res.offloads, res.prefetches, res.peak_bytes) == (
-        st.evictions,
-        st.rematerializations,
-        st.offloads,
-        st.prefetches,
-        st.peak_bytes,
-    )
+    res = simulate(tritondtr.sim.load_trace(tmp_path / "s.npz"), budget=budget, semantics="runtime")
+    twin, session = _replayed(res, st)
+    assert twin == session
     assert res.copy_scale == st.copy_scale
 
 

@@ -62,7 +62,7 @@ class SimResult:
     offloads: int = 0  # copies to the host (NOTE [ Asynchronous offload ] in core/offload.py)
     prefetches: int = 0  # copies back before the read
     link_wait: float = 0.0  # ns the ops waited for the link
-    copy_scale: float = 1.0  # NOTE [ Copy price scale ] in core/tuning.py: the last in use
+    copy_scale: float = 1.0  # NOTE [ Copy price scale ] in core/tuning.py: at the run's end
 
     @property
     def ok(self) -> bool:
@@ -144,6 +144,8 @@ def simulate(
         raise ValueError(f"action must be 'both', 'offload' or 'recompute', got {action!r}")
     if action == "offload" and semantics != "runtime":
         raise ValueError("action='offload' is modelled in semantics='runtime' only")
+    if copy_scale is not None and semantics != "runtime":
+        raise ValueError("copy_scale is modelled in semantics='runtime' only")
     if offload_bandwidth is not None:
         if semantics != "runtime":
             raise ValueError("offload_bandwidth is modelled in semantics='runtime' only")
