@@ -993,7 +993,7 @@ class Core(Evictor, Offloader, Rematerializer):
         self.pins.step_ended()
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
             self.steps.step()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
-        if self.link is not None:  # NOTE [ Copy price scale ] rule 3
+        if self.link is not None:  # NOTE [ Copy price scale ] rule 4
             self.tuner.step_ended(self.elapsed, self.ops)
             self.stats.copy_scale = self.tuner.value
 
