@@ -41,6 +41,8 @@
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["CANDIDATES", "MARGIN", "MAX_UNLIKE", "CopyScale", "choose"]
 
 CANDIDATES = (1.0, 0.0, 0.25)  # rules 3 and 4, in the order they are tried
@@ -83,7 +85,7 @@ class CopyScale:
         """Whether a copy priced ``copy`` (ns of link time) is priced below a drop priced
         ``drop`` (ns; no higher, with ``or_equal``) at this scale (rule 1)."""
         scale = self.value
-        if scale == float("inf"):
+        if scale == math.inf:
             return False
         price = scale * copy
         return price <= drop if or_equal else price < drop
