@@ -1,5 +1,6 @@
 """NOTE [ Copy price scale ] in tritondtr/core/tuning.py: the scale a copy's price is multiplied
-by, tuned over steps by their device time; its effect on the twin's decisions (``inf`` is
+by, chosen by the device time of rehearsed steps (the rehearsal itself:
+tests/core/test_rehearsal.py); its effect on the twin's decisions (``inf`` is
 recompute only, exactly; ``"trace"`` is the run of the candidate the tuner keeps)."""
 
 from __future__ import annotations
@@ -11,44 +12,37 @@ import torch
 
 import tritondtr
 from tests.zoo import make, train_step
-from tritondtr.core.tuning import CANDIDATES, MARGIN, MAX_UNLIKE, CopyScale, choose
+from tritondtr.core.tuning import CANDIDATES, MARGIN, CopyScale, choose
 from tritondtr.sim.simulate import simulate
 
 
-def _ended(tuner: CopyScale, times, length: int = 10) -> list[float]:
-    """The scale each step ran at, steps taking ``times`` (ns) one after another, each
-    ``length`` ops long (or a length per step)."""
-    ran, now, ops = [], 0.0, 0
-    lengths = length if isinstance(length, list) else [length] * len(times)
-    for took, n in zip(times, lengths):
-        ran.append(tuner.value)
-        now += took
-        ops += n
-        tuner.step_ended(now, ops)
-    return ran
+def test_the_candidates_hold_both_ends_and_start_at_1():
+    """Rule 3: with never-copy and copy-every-victim among them, the choice is never slower
+    than the better of recompute only and offload only on the steps it rehearses."""
+    assert CANDIDATES[0] == 1.0 and 0.0 in CANDIDATES and math.inf in CANDIDATES
 
 
-def test_the_first_step_is_not_measured_then_each_candidate_runs_once():
+def test_steps_are_counted_by_the_ops_between_freezes():
+    """Rule 4: a freeze right after another (no op between) ends no step; a fixed scale
+    counts none."""
     tuner = CopyScale()
-    times = [1.0, 50.0, 40.0, 30.0]  # the first: 1 ns, unmeasured
-    ran = _ended(tuner, times)
-    assert ran == [1.0, *CANDIDATES]
-    assert tuner.times == dict(zip(CANDIDATES, times[1:]))
-    assert tuner.value == 0.25  # 30 ns, the least
-    assert _ended(tuner, [5.0, 500.0]) == [0.25, 0.25]  # chosen for good
+    assert [tuner.step_ended(ops) for ops in (10, 10, 25, 40)] == [1, 0, 2, 3]
+    fixed = CopyScale(4.0)
+    assert [fixed.step_ended(ops) for ops in (10, 20)] == [0, 0] and fixed.value == 4.0
 
 
-def test_every_candidate_copies_at_least_what_scale_1_copies():
-    """Rule 3: a step that copies less can fail where copying runs (ThrashError at inf,
-    BudgetError at 64 on the zoo LSTM at 5 %: tests/runtime/test_offload.py), and a
-    candidate's step is the user's."""
-    assert all(0.0 <= c <= 1.0 for c in CANDIDATES) and CANDIDATES[0] == 1.0
-
-
-def test_equal_times_keep_scale_1():
+def test_the_least_time_is_chosen_for_good():
     tuner = CopyScale()
-    _ended(tuner, [7.0] + [10.0] * len(CANDIDATES))
-    assert tuner.value == 1.0
+    tuner.chose({1.0: 50.0, 0.0: 40.0, 0.25: 30.0, math.inf: 45.0})
+    assert tuner.value == 0.25 and tuner.fixed
+    assert tuner.step_ended(99) == 0  # chosen: no more steps counted
+
+
+def test_no_choice_is_the_plain_price():
+    tuner = CopyScale()
+    tuner.stop()
+    assert tuner.value == 1.0 and tuner.fixed
+    assert choose({}) == 1.0
 
 
 def test_scale_1_is_kept_unless_another_is_faster_by_the_margin():
@@ -56,34 +50,7 @@ def test_scale_1_is_kept_unless_another_is_faster_by_the_margin():
     assert choose({1.0: 100.0, 0.25: near}) == 1.0
     assert choose({1.0: 100.0, 0.25: 99.0, 0.0: 99.0}) == 0.25  # the first of equal ones
     assert choose({0.25: 7.0, 0.0: 5.0}) == 0.0  # 1 failed: not among them
-    tuner = CopyScale()
-    _ended(tuner, [7.0, 1000.0, 999.5, 3000.0])
-    assert tuner.value == 1.0
-
-
-def test_steps_of_another_length_measure_nothing():
-    """Rule 4: an evaluation pass, or a freeze that is not a step's end (an optimizer step
-    inside the backward pass), is not compared with the steps; a freeze right after another
-    (no op between) is no step at all."""
-    tuner = CopyScale()
-    ran = _ended(tuner, [1.0, 50.0, 5.0, 40.0, 0.0, 90.0], [10, 10, 3, 10, 0, 10])
-    assert ran == [1.0, 1.0, 0.0, 0.0, 0.25, 0.25]
-    assert tuner.times == {1.0: 50.0, 0.0: 40.0, 0.25: 90.0} and tuner.unlike == 1
-    assert tuner.value == 0.0
-
-
-def test_tuning_stops_at_1_when_no_step_is_like_the_first():
-    tuner = CopyScale()
-    lengths = [10, 10] + [11] * MAX_UNLIKE + [10] * 8
-    ran = _ended(tuner, [5.0] * len(lengths), lengths)
-    assert ran[2] == CANDIDATES[1] and ran[-1] == 1.0 and tuner.fixed
-    assert tuner.times == {1.0: 5.0}
-
-
-def test_a_fixed_scale_is_never_tuned():
-    tuner = CopyScale(4.0)
-    assert _ended(tuner, [1.0, 2.0, 3.0, 4.0]) == [4.0] * 4
-    assert tuner.times == {}
+    assert choose({1.0: 7.0, math.inf: 5.0}) == math.inf
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan])

@@ -25,6 +25,7 @@ PARTS = {
     "offload.py": "HostCopies",
     "plan.py": "StepPlan",
     "tuning.py": "CopyScale",
+    "rehearsal.py": "Tape",
 }
 # What each part is lent (rule 3): the core's lists and counters, bound in ``__init__``,
 # read, never written.
@@ -43,6 +44,7 @@ LENT = {
     "HostCopies": set(),
     "StepPlan": set(),
     "CopyScale": set(),
+    "Tape": set(),
 }
 # The core's own methods in files of their own, which declare and write nothing (rule 2).
 STATELESS = {"evict.py": "Evictor", "offload.py": "Offloader", "remat.py": "Rematerializer"}

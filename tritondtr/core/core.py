@@ -30,7 +30,8 @@ slots; ``eslot[sid]`` maps one to the other once the engine is built.
 #    - ``HostCopies`` (offload.py): which storages have a host copy, the copies in flight
 #      (NOTE [ Asynchronous offload ]);
 #    - ``StepPlan`` (plan.py): NOTE [ Step plan ];
-#    - ``CopyScale`` (tuning.py): NOTE [ Copy price scale ].
+#    - ``CopyScale`` (tuning.py): NOTE [ Copy price scale ];
+#    - ``Tape`` (rehearsal.py): NOTE [ Rehearsal ].
 # 2. Eviction (``Evictor``, evict.py), offload (``Offloader``, offload.py) and
 #    rematerialization (``Rematerializer``, remat.py) are the core's own methods in files
 #    of their own; they declare and write no field, and change the core through its
@@ -302,7 +303,8 @@ from .offload import HostCopies, Offloader, ReadPlan
 from .plan import StepPlan
 from .remat import Rematerializer
 from .stats import CoreStats
-from .tuning import CopyScale
+from .rehearsal import Tape, taped
+from .tuning import CANDIDATES, CopyScale
 from .unheld import UnheldScorer
 
 __all__ = ["Core", "Executor"]
@@ -410,6 +412,7 @@ class Core(Evictor, Offloader, Rematerializer):
         self.plan: ReadPlan | None = self.steps
         self.copies = HostCopies()  # NOTE [ Asynchronous offload ] in offload.py
         self.tuner = CopyScale(copy_scale)  # NOTE [ Copy price scale ] in tuning.py
+        self.stats.copy_scale = self.tuner.value
         self.host, self.arriving = self.copies.host, self.copies.arriving  # read here
         # Per core id: the residency lists, indexed by sid, here; the storage graph's in
         # ``graph`` (graph.py), lent as references for reading (NOTE [ Core parts ] rule 3).
@@ -441,6 +444,10 @@ class Core(Evictor, Offloader, Rematerializer):
         self.anchors = Anchors()  # NOTE [ Anchored storages ] in anchors.py
         self.anchored = self.anchors.anchored  # read here; the anchors write it
         self.clock = None  # NOTE [ Device time ] in runtime/events.py: None, wall time
+        self.tape: Tape | None = None  # NOTE [ Rehearsal ] rule 3 in rehearsal.py
+        if copy_scale is None and (link is not None or prefetch):
+            self.tape = Tape(type(self))
+            self.__class__ = taped(type(self))
 
     # ---------------------------------------------------------------- storages
     def start(self, device: torch.device) -> None:
@@ -993,14 +1000,32 @@ class Core(Evictor, Offloader, Rematerializer):
         self.pins.step_ended()
         if self.steps is not None:  # NOTE [ Step plan ] rule 2
             self.steps.step()  # NOTE [ Backward storages ] rule 5, [ Unheld storages ] 5
-        if self.link is not None:  # NOTE [ Copy price scale ] rule 4
-            self.tuner.step_ended(self.elapsed, self.ops)
-            self.stats.copy_scale = self.tuner.value
+        tape = self.tape
+        if tape is not None and self.link is not None:  # NOTE [ Copy price scale ] rule 4
+            step = self.tuner.step_ended(self.ops)
+            if step == 1:
+                tape.step_ended()
+            elif step == 2:
+                times = {c: tape.rehearse(self, c) for c in CANDIDATES}
+                self.tuner.chose({c: t for c, t in times.items() if t is not None})
+                self.stats.copy_scale = self.tuner.value
+                self.stop_tape()
+
+    def stop_tape(self) -> None:
+        """NOTE [ Rehearsal ] rule 3: the core tapes no more; unless the scale was chosen,
+        it stays the plain price."""
+        tape = self.tape
+        if tape is not None:
+            self.tape = None
+            self.__class__ = tape.base
+            if not self.tuner.fixed:
+                self.tuner.stop()
 
     def close(self) -> None:
         """The session ended: nothing is evicted from now on (values still asked of wrappers
         are recomputed without a budget)."""
         self.closed = True
+        self.stop_tape()
 
     # ------------------------------------------------------------ checking
     def check_invariants(self, ops_in_flight: bool = False) -> None:
