@@ -301,9 +301,9 @@ from .graph import StorageGraph
 from .link import Link
 from .offload import HostCopies, Offloader, ReadPlan
 from .plan import StepPlan
+from .rehearsal import Tape, taped
 from .remat import Rematerializer
 from .stats import CoreStats
-from .rehearsal import Tape, taped
 from .tuning import CANDIDATES, CopyScale
 from .unheld import UnheldScorer
 
