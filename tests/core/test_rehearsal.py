@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import pathlib
 import re
+import warnings
 
 import pytest
 import torch
@@ -61,7 +62,9 @@ def test_each_rehearsal_takes_the_time_of_a_run_at_its_scale(gpt_steps, monkeypa
     device time in a run at that scale from the first op; the tuned run then runs at the
     least of them."""
     trace, budget = gpt_steps
-    _, core = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rule 4: a rehearsal's own error warns
+        _, core = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
     times = core.tuner.times
     assert set(times) == set(CANDIDATES)
     for scale in CANDIDATES:
@@ -132,3 +135,21 @@ def test_a_fixed_scale_is_never_rehearsed(gpt_steps, scale):
     _, core = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"), copy_scale=scale)
     assert core.tuner.times == {} and core.tuner.value == scale
     assert core.stats.copy_scale == scale
+
+
+def test_a_rehearsal_that_errs_warns_and_is_not_chosen(gpt_steps, monkeypatch):
+    """Rule 4: an error of the rehearsal itself (not the budget's) is a bug of tritondtr:
+    said, and the user's step goes on at another scale."""
+    trace, budget = gpt_steps
+    rehearsal.taped(Core)  # the taped class keeps the methods it was made with
+    freeze = Core.freeze
+
+    def broken(core):
+        if core.tape is None and core.tuner.value == 0.0:  # the rehearsal at 0 only
+            raise ValueError("planted")
+        return freeze(core)
+
+    monkeypatch.setattr(Core, "freeze", broken)
+    with pytest.warns(RuntimeWarning, match="rehearsal of copy price scale 0 failed"):
+        _, core = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
+    assert set(core.tuner.times) == set(CANDIDATES) - {0.0}
