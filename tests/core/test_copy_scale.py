@@ -53,6 +53,14 @@ def test_scale_1_is_kept_unless_another_is_faster_by_the_margin():
     assert choose({1.0: 7.0, math.inf: 5.0}) == math.inf
 
 
+def test_never_copying_is_kept_on_a_tie():
+    """Rule 4: on a link too slow to pay, 1 and never copying make the same decisions, but 1
+    still looks for a victim to copy ahead at every op."""
+    assert choose({1.0: 10.0, 0.0: 50.0, 0.25: 10.0, math.inf: 10.0}) == math.inf
+    assert choose({1.0: 10.0, 0.25: 9.0, math.inf: 9.0 * (1 + MARGIN / 2)}) == math.inf
+    assert choose({1.0: 10.0, 0.25: 9.0, math.inf: 9.1}) == 0.25
+
+
 @pytest.mark.parametrize("bad", [-1.0, math.nan])
 def test_a_bad_scale_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="a copy price scale is >= 0"):

@@ -20,9 +20,12 @@
 # 4. The choice: the first step runs at 1; at the end of the second, each candidate's time is
 #    the device time that step takes in a rehearsal of both at that scale (NOTE [ Rehearsal ]
 #    in rehearsal.py), and every later step runs at the candidate whose time was least
-#    (:func:`choose`), unless 1 took at most :data:`MARGIN` longer: several scales often make
-#    the same decisions, and which of them is least is then left neither to nanoseconds nor
-#    to noise. A candidate whose rehearsal failed (``BudgetError``, ``ThrashError``) is not
+#    (:func:`choose`), unless never copying or 1 (in that order) took at most :data:`MARGIN`
+#    longer: several scales often make the same decisions, and which of them is least is
+#    then left neither to nanoseconds nor to noise; never copying first, because it costs
+#    the host nothing per op (no copy-ahead looks: on a link too slow to pay, 10 MB/s, the
+#    zoo GPT at 30 % scored once per op at scale 1 and copied nothing) and holds no host
+#    memory. A candidate whose rehearsal failed (``BudgetError``, ``ThrashError``) is not
 #    chosen, so a scale that copies less than 1 is chosen only where it ran both steps. A
 #    step ends where the step plan's does (``Core.freeze``: the optimizer's parameter
 #    writes); a freeze right after another ends none.
@@ -46,13 +49,16 @@ MARGIN = 1e-3  # rule 4: how much faster than scale 1 another must be
 
 def choose(times: dict[float, float]) -> float:
     """Rule 4: the scale whose step took the least of ``times`` (device time per scale; the
-    first of equal ones), unless 1 took at most :data:`MARGIN` longer; 1 if ``times`` is
-    empty."""
+    first of equal ones), unless never copying or 1 took at most :data:`MARGIN` longer
+    (never copying first); 1 if ``times`` is empty."""
     if not times:
         return 1.0
     best = min(times, key=times.__getitem__)
-    one = times.get(1.0)
-    return 1.0 if one is not None and one <= times[best] * (1.0 + MARGIN) else best
+    limit = times[best] * (1.0 + MARGIN)
+    for kept in (math.inf, 1.0):
+        if times.get(kept, math.inf) <= limit:
+            return kept
+    return best
 
 
 class CopyScale:
