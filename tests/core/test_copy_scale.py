@@ -1,7 +1,7 @@
 """NOTE [ Copy price scale ] in tritondtr/core/tuning.py: the scale a copy's price is multiplied
 by, chosen by the device time of rehearsed steps (the rehearsal itself:
 tests/core/test_rehearsal.py); its effect on the twin's decisions (``inf`` is
-recompute only, exactly; ``"trace"`` is the run of the candidate the tuner keeps)."""
+recompute only, exactly; ``"trace"`` is the run of the candidate the choice keeps)."""
 
 from __future__ import annotations
 

@@ -364,8 +364,9 @@ class Core(Evictor, Offloader, Rematerializer):
             copy offloaded storages back in the previous step's (NOTE [ Asynchronous
             offload ] rule 5 in offload.py; NOTE [ Step plan ] in plan.py).
         copy_scale: with a link, what a copy's price is multiplied by against a drop's (0:
-            every victim copied, ``inf``: none); None: tuned over the steps (NOTE [ Copy
-            price scale ] in tuning.py).
+            every victim copied, ``inf``: none); None: chosen by rehearsing the first two
+            steps (NOTE [ Copy price scale ] in tuning.py, NOTE [ Rehearsal ] in
+            rehearsal.py).
     """
 
     def __init__(

@@ -126,10 +126,10 @@ def simulate(
     recorded single step replayed as a step that repeats); True and True are the runtime's
     (NOTE [ Asynchronous offload ] in core/offload.py, NOTE [ The twin ] rule 8).
     ``copy_scale``: what a copy's price is multiplied by against a drop's (NOTE [ Copy price
-    scale ] in core/tuning.py): None tunes it over the trace's own steps as the runtime does
-    (a single step stays at 1), a number fixes it, ``"trace"`` replays the trace as a step
-    that repeats: once at each candidate scale, the run the tuner would keep on identical
-    steps returned (:func:`~tritondtr.core.tuning.choose`; ``SimResult.copy_scale`` says
+    scale ] in core/tuning.py): None chooses it as the runtime does, by rehearsing the
+    trace's first two steps (a single step stays at 1), a number fixes it, ``"trace"``
+    replays the trace as a step that repeats: once at each candidate scale, the run the
+    choice would keep on identical steps returned (:func:`~tritondtr.core.tuning.choose`; ``SimResult.copy_scale`` says
     which).
     Returns a :class:`SimResult`.
     """
@@ -232,7 +232,7 @@ def _simulate_runtime(
     trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward,
     offload_bandwidth, action, ahead, prefetch, copy_scale,
 ) -> SimResult:  # fmt: skip
-    if copy_scale == "trace":  # the tuner's choice on a step that repeats
+    if copy_scale == "trace":  # the choice on a step that repeats
         args = (trace, heuristic, ratio, budget, overhead_limit, backend, device, pin_backward)
         tail = (offload_bandwidth, action, ahead, prefetch)
         runs = {scale: _simulate_runtime(*args, *tail, scale) for scale in CANDIDATES}

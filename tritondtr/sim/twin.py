@@ -130,7 +130,8 @@ def replay_runtime(
     offload over it too, priced or ``always_offload`` (NOTE [ Offload ] in core/core.py),
     copying ahead of the budget (``ahead``) and prefetching (``prefetch``: True, False or
     ``"trace"``, rule 8; NOTE [ Asynchronous offload ] in core/offload.py), a copy's price
-    scaled by ``copy_scale`` (None: tuned over the steps; NOTE [ Copy price scale ]).
+    scaled by ``copy_scale`` (None: chosen by rehearsal at the second step's end, as the
+    runtime does; NOTE [ Copy price scale ]).
     Returns the run's counters and the core (its ``stats``, its engine's scorings)."""
     counter = _Counter(remat_limit)
     core = Core(
