@@ -129,8 +129,8 @@ def simulate(
     scale ] in core/tuning.py): None chooses it as the runtime does, by rehearsing the
     trace's first two steps (a single step stays at 1), a number fixes it, ``"trace"``
     replays the trace as a step that repeats: once at each candidate scale, the run the
-    choice would keep on identical steps returned (:func:`~tritondtr.core.tuning.choose`; ``SimResult.copy_scale`` says
-    which).
+    choice would keep on identical steps returned (:func:`~tritondtr.core.tuning.choose`;
+    ``SimResult.copy_scale`` says which).
     Returns a :class:`SimResult`.
     """
     if prefetch not in (True, False, "trace"):
