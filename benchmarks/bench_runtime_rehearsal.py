@@ -15,7 +15,7 @@
 #    around ``Tape.rehearse``) with the step's op count and the taped calls in ``note``.
 
 examples:
-  python benchmarks/bench_runtime_rehearsal.py                  # ~2 min on 2 CPU cores
+  python benchmarks/bench_runtime_rehearsal.py                  # ~1 min on 2 CPU cores
   python benchmarks/bench_runtime_rehearsal.py --programs gpt --rounds 9
 """
 

@@ -40,7 +40,7 @@ copy price scale is chosen without running a training step at a bad one.
 #    the device it breaks score ties as the host does.
 # 7. What it costs: taping, a Python call per driver call, during the first two steps;
 #    each candidate one replay of them through the core (measured: docs/benchmarks.md,
-#    "Choosing the copy price scale").
+#    "What does choosing the copy price scale cost?").
 """
 
 from __future__ import annotations
