@@ -22,20 +22,24 @@ def test_the_candidates_hold_both_ends_and_start_at_1():
     assert CANDIDATES[0] == 1.0 and 0.0 in CANDIDATES and math.inf in CANDIDATES
 
 
-def test_steps_are_counted_by_the_ops_between_freezes():
-    """Rule 4: a freeze right after another (no op between) ends no step; a fixed scale
-    counts none."""
+def test_the_choice_is_due_once_the_first_steps_ops_ran_after_it():
+    """Rules 4 and 5: a freeze right after another ends no step; the choice waits for as
+    many ops as the first step had (an optimizer step inside the backward pass freezes per
+    parameter); a fixed scale counts nothing."""
     tuner = CopyScale()
-    assert [tuner.step_ended(ops) for ops in (10, 10, 25, 40)] == [1, 0, 2, 3]
+    ends = [tuner.step_ended(ops) for ops in (100, 100, 110, 150, 200)]
+    assert ends == ["first", None, None, None, "choose"]
+    steps = CopyScale()
+    assert [steps.step_ended(ops) for ops in (100, 190, 290)] == ["first", None, "choose"]
     fixed = CopyScale(4.0)
-    assert [fixed.step_ended(ops) for ops in (10, 20)] == [0, 0] and fixed.value == 4.0
+    assert [fixed.step_ended(ops) for ops in (10, 20)] == [None, None] and fixed.value == 4.0
 
 
 def test_the_least_time_is_chosen_for_good():
     tuner = CopyScale()
     tuner.chose({1.0: 50.0, 0.0: 40.0, 0.25: 30.0, math.inf: 45.0})
     assert tuner.value == 0.25 and tuner.fixed
-    assert tuner.step_ended(99) == 0  # chosen: no more steps counted
+    assert tuner.step_ended(99) is None  # chosen: no more steps counted
 
 
 def test_no_choice_is_the_plain_price():

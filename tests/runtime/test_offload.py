@@ -153,7 +153,7 @@ def test_the_copy_price_scale_is_chosen_by_rehearsal_and_the_twin_replays_it(tmp
     case, loss, ref, ref_loss, rec, budget = _traced_steps("gpt", 4, "pcie4", tmp_path / "s.npz")
     _equal(case, loss, ref, ref_loss)
     core, st = rec.session.core, rec.session.stats
-    assert set(core.tuner.times) == set(CANDIDATES) and core.tuner.ended == 2
+    assert set(core.tuner.times) == set(CANDIDATES) and core.tuner.fixed
     assert st.copy_scale == core.tuner.value == choose(core.tuner.times)
     assert core.tape is None and type(core) is Core  # the tape ends at the choice
     res = simulate(tritondtr.sim.load_trace(tmp_path / "s.npz"), budget=budget, semantics="runtime")
@@ -182,6 +182,51 @@ def test_a_scale_whose_rehearsal_fails_is_not_chosen(budget):
     _equal(case, loss, ref, ref_loss)
     assert set(s.core.tuner.times) == set(CANDIDATES) - {math.inf}
     assert s.core.tuner.value != math.inf
+
+
+def _optimizer_in_backward(case) -> None:
+    """Each parameter's SGD step runs in the backward pass, once its gradient is whole."""
+    opts = {p: torch.optim.SGD([p], lr=1e-2) for p in case.model.parameters()}
+
+    def step(p):
+        opts[p].step()
+        opts[p].zero_grad(set_to_none=True)
+
+    for p in case.model.parameters():
+        p.register_post_accumulate_grad_hook(step)
+
+
+def _backward_steps(case, steps: int) -> torch.Tensor:
+    for _ in range(steps):
+        torch.manual_seed(1)
+        loss = case.loss(case.model, case.inputs)
+        loss.backward()
+    return loss.detach()
+
+
+def test_an_optimizer_step_inside_backward_with_offload_equals_eager(tmp_path):
+    """NOTE [ Copy price scale ] rule 6: an optimizer step inside the backward pass writes
+    (freezes) once per parameter, so the scale is chosen at the second of those; the values
+    are eager's, and the twin, taping the same calls, chooses and decides alike."""
+    ref, case = make("gpt"), make("gpt")
+    _optimizer_in_backward(ref)
+    _optimizer_in_backward(case)
+    ref_loss = _backward_steps(ref, 3)
+    with tritondtr.enable(budget=None) as s0:
+        _backward_steps(make("gpt"), 1)
+    budget = int(0.3 * s0.stats.peak_bytes)
+    path = tmp_path / "s.npz"
+    with tritondtr.trace(path, budget=budget, offload="pcie4", cost="analytic") as rec:
+        loss = rt.unwrap(_backward_steps(case, 3))
+    assert torch.equal(loss, ref_loss)
+    for (n, p), (_, q) in zip(case.model.named_parameters(), ref.model.named_parameters()):
+        assert torch.equal(p.detach(), q.detach()), f"{n}: updated parameter differs"
+    core, st = rec.session.core, rec.session.stats
+    assert core.tuner.fixed and core.tape is None and set(core.tuner.times) <= set(CANDIDATES)
+    assert st.offloads > 0
+    res = simulate(tritondtr.sim.load_trace(path), budget=budget, semantics="runtime")
+    twin, session = _replayed(res, st)
+    assert twin == session and res.copy_scale == st.copy_scale
 
 
 @pytest.mark.parametrize(

@@ -1004,9 +1004,9 @@ class Core(Evictor, Offloader, Rematerializer):
         tape = self.tape
         if tape is not None and self.link is not None:  # NOTE [ Copy price scale ] rule 4
             step = self.tuner.step_ended(self.ops)
-            if step == 1:
+            if step == "first":
                 tape.step_ended()
-            elif step == 2:
+            elif step == "choose":
                 times = {c: tape.rehearse(self, c) for c in CANDIDATES}
                 self.tuner.chose({c: t for c, t in times.items() if t is not None})
                 self.stats.copy_scale = self.tuner.value

@@ -17,12 +17,14 @@ copy price scale is chosen without running a training step at a bad one.
 # 3. It starts with the core, when the core will offload and its scale is not given: built
 #    with a link, or with ``prefetch`` (the runtime's, whose link comes with its device, as
 #    its step plan records from the first op: NOTE [ Step plan ] in plan.py). It ends at the
-#    choice, or unused after :data:`MAX_TAPE` calls (the scale stays 1).
-# 4. The choice, at the end of the second step: for each candidate the whole tape is played
+#    choice, or unused after :data:`MAX_TAPE` calls (the scale stays 1), or at the core's
+#    ``close``.
+# 4. The choice (NOTE [ Copy price scale ] rule 4): for each candidate the whole tape is played
 #    on a fresh core built as this one was (budget, heuristic, pins, stress, reuse, a link
 #    of the same bandwidth, ahead, prefetch), its table on the host, an executor that runs
 #    nothing (the core counts device time itself: NOTE [ Offload link ] rule 2) and the scale
-#    fixed; the candidate's time is the device time of the tape's second step. A candidate
+#    fixed; the candidate's time is the device time of the calls taped after the first
+#    step ended (:meth:`Tape.step_ended`). A candidate
 #    whose rehearsal raised where the recorded call did not is not chosen; an error other
 #    than ``BudgetError`` there is a bug of tritondtr, said in a warning, and the user's
 #    step goes on.
@@ -141,7 +143,7 @@ class Tape:
         self.mark = len(self.calls)
 
     def rehearse(self, core, scale: float) -> float | None:
-        """Rule 4: the device time (ns) of the tape's second step on a fresh core like
+        """Rule 4: the device time (ns) of the calls after the mark on a fresh core like
         ``core`` at ``scale``; None if the rehearsal raised where the recorded call did
         not."""
         twin = self.base(

@@ -17,24 +17,32 @@
 #    only). With the two ends among them, the chosen step is never slower than the better of
 #    recompute only and offload only on the step it is chosen by; the sweep over the recorded
 #    steps found nothing a finer grid (1/16 .. 16) adds (docs/simulator.md).
-# 4. The choice: the first step runs at 1; at the end of the second, each candidate's time is
-#    the device time that step takes in a rehearsal of both at that scale (NOTE [ Rehearsal ]
-#    in rehearsal.py), and every later step runs at the candidate whose time was least
-#    (:func:`choose`), unless never copying or 1 (in that order) took at most :data:`MARGIN`
-#    longer: several scales often make the same decisions, and which of them is least is
-#    then left neither to nanoseconds nor to noise; never copying first, because it costs
-#    the host nothing per op (no copy-ahead looks: on a link too slow to pay, 10 MB/s, the
-#    zoo GPT at 30 % scored once per op at scale 1 and copied nothing) and holds no host
-#    memory. A candidate whose rehearsal failed (``BudgetError``, ``ThrashError``) is not
-#    chosen, so a scale that copies less than 1 is chosen only where it ran both steps. A
-#    step ends where the step plan's does (``Core.freeze``: the optimizer's parameter
-#    writes); a freeze right after another ends none.
-# 5. It depends only on the calls the driver made, so the twin chooses as the runtime did
+# 4. The choice: the first step runs at 1. Once a later step ends with at least as many ops
+#    run since the first ended as the first had (the second step, as a rule), each
+#    candidate's time is the device time of those ops in a rehearsal of everything so far at
+#    that scale (NOTE [ Rehearsal ] in rehearsal.py), and every later step runs at the
+#    candidate whose time was least (:func:`choose`), unless never copying or 1 (in that
+#    order) took at most :data:`MARGIN` longer: several scales often make the same
+#    decisions, and which of them is least is then left neither to nanoseconds nor to
+#    noise; never copying first, because it costs the host nothing per op (no copy-ahead
+#    looks: on a link too slow to pay, 10 MB/s, the zoo GPT at 30 % scored once per op at
+#    scale 1 and copied nothing) and holds no host memory. A candidate whose rehearsal
+#    failed (``BudgetError``, ``ThrashError``) is not chosen, so a scale that copies less
+#    than 1 is chosen only where it ran what was rehearsed.
+# 5. Steps: a step ends where the step plan's does (``Core.freeze``: the optimizer's
+#    parameter writes); a freeze right after another ends none. Why as many ops as the
+#    first step and not the second step: an optimizer step inside the backward pass freezes
+#    once per parameter, and its second "step" is the few ops between two parameters'
+#    writes, where every scale tied (the zoo GPT at 30 % over PCIe 4); so did half the
+#    first step's ops, the early backward pass, where nothing is recomputed yet, and never
+#    copying, kept on that tie, took 11 % longer over three steps than 1. As many ops as
+#    the first is a whole step's worth. A first step longer than the next ones (ops that
+#    happen once) makes it the third step's end.
+# 6. It depends only on the calls the driver made, so the twin chooses as the runtime did
 #    (NOTE [ Rehearsal ] rule 5). A scale given (``Core(copy_scale=)``) is never tuned.
-# 6. What it misses: steps that differ (data-dependent control flow, dynamic padding, an
-#    optimizer step inside the backward pass, which freezes once per parameter) are chosen
-#    for by the first two; a session that never writes its parameters never ends a step and
-#    stays at 1.
+# 7. What it misses: steps that differ (data-dependent control flow, dynamic padding) are
+#    chosen for by the first ones; a session that never writes its parameters never ends a
+#    step and stays at 1.
 """
 
 from __future__ import annotations
@@ -65,11 +73,11 @@ class CopyScale:
     """The scale of a copy's price (NOTE [ Copy price scale ]); the one writer of its fields.
 
     ``value``: what the next decision multiplies a copy's price by. ``fixed``: a scale given,
-    or chosen. ``ended``: steps ended. ``began``: the op count the running step began at.
-    ``times``: the rehearsals' device time (ns) of the second step per candidate that ran
-    it (rule 4)."""
+    or chosen. ``began``: the op count at the last step's end; ``first``: the first step's
+    ops (None before it ended; rules 4 and 5). ``times``: the rehearsals' device time (ns)
+    of what was rehearsed after the first step, per candidate that ran it (rule 4)."""
 
-    __slots__ = ("began", "ended", "fixed", "times", "value")
+    __slots__ = ("began", "first", "fixed", "times", "value")
 
     def __init__(self, scale: float | None = None) -> None:
         if scale is not None and not (scale >= 0.0):
@@ -78,7 +86,7 @@ class CopyScale:
         self.value = float(scale) if scale is not None else CANDIDATES[0]
         self.times: dict[float, float] = {}
         self.began = 0
-        self.ended = 0
+        self.first: int | None = None
 
     def cheaper(self, copy: float, drop: float, or_equal: bool = False) -> bool:
         """Whether a copy priced ``copy`` (ns of link time) is priced below a drop priced
@@ -89,14 +97,17 @@ class CopyScale:
         price = scale * copy
         return price <= drop if or_equal else price < drop
 
-    def step_ended(self, ops: int) -> int:
-        """A step ended after ``ops`` ops in all; returns which step it was (1, 2, ...), or
-        0 if it was no step (no op since the last: rule 4) or the scale is fixed."""
-        length, self.began = ops - self.began, ops
-        if self.fixed or length == 0:
-            return 0
-        self.ended += 1
-        return self.ended
+    def step_ended(self, ops: int) -> str | None:
+        """A step may have ended after ``ops`` ops in all (rules 4 and 5): ``"first"`` if it
+        was the first, ``"choose"`` if the choice is due now, else None (no op since the
+        last end, not yet the first step's ops since it, or the scale fixed)."""
+        if self.fixed or ops == self.began:
+            return None
+        if self.first is None:
+            self.first = self.began = ops
+            return "first"
+        self.began = ops
+        return "choose" if ops - self.first >= self.first else None
 
     def chose(self, times: dict[float, float]) -> None:
         """The rehearsals' ``times`` per candidate that ran (rule 4): the scale from now on."""
