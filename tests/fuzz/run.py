@@ -226,6 +226,7 @@ def twin(recorder, cfg: RunConfig) -> str | None:
             stress=cfg.stress,
             pin_backward=m["pin_backward"],
             link=None if bw is None else Link(bw),
+            refuse=m.get("refused", ()),
         )
         got = (st.evictions, st.remats, st.peak_bytes, core.stats.offloads)
     else:

@@ -15,8 +15,12 @@ import tritondtr
 import tritondtr.runtime as rt
 from tests.zoo import ZOO, make, train_step, unet_case
 from tritondtr.core import Core
+from tritondtr.core.link import Link
 from tritondtr.core.tuning import CANDIDATES, choose
+from tritondtr.runtime.copies import HostLink
+from tritondtr.runtime.session import Session
 from tritondtr.sim.simulate import simulate
+from tritondtr.sim.twin import replay_runtime
 
 CASES = {**{name: lambda name=name: make(name) for name in ZOO}, "unet": unet_case}
 FAST = "1TB/s"  # a link far faster than any CPU op: every victim is offloaded
@@ -229,6 +233,43 @@ def test_an_optimizer_step_inside_backward_with_offload_equals_eager(tmp_path):
     assert twin == session and res.copy_scale == st.copy_scale
 
 
+def test_copies_the_host_refused_are_refused_in_the_twin_too(tmp_path, monkeypatch):
+    """NOTE [ Asynchronous offload ] rule 7, NOTE [ The twin ] rule 9: a host out of memory
+    refuses a copy out (the victim is dropped instead) and the allocator a prefetch (given
+    up); the values are eager's, the run records which copies were refused, and the twin
+    refuses the same ones, so it replays the run exactly; a replay refusing none decides
+    otherwise."""
+    copy_out, fetch = HostLink.copy_out, Session.fetch
+    calls = {"out": 0, "back": 0}
+
+    def scarce_out(self, sid, buf):
+        calls["out"] += 1
+        if calls["out"] % 3 == 0:
+            raise RuntimeError("CUDA error: out of memory (planted: no pinned host memory)")
+        return copy_out(self, sid, buf)
+
+    def scarce_prefetch(self, sid, hint=False):
+        if hint:
+            calls["back"] += 1
+            if calls["back"] % 4 == 0:
+                raise RuntimeError("CUDA out of memory (planted)")
+        return fetch(self, sid, hint)
+
+    monkeypatch.setattr(HostLink, "copy_out", scarce_out)
+    monkeypatch.setattr(Session, "fetch", scarce_prefetch)
+    case, loss, ref, ref_loss, rec, budget = _traced_steps("gpt", 3, "pcie4", tmp_path / "s.npz")
+    _equal(case, loss, ref, ref_loss)
+    st, core = rec.session.stats, rec.session.core
+    assert st.refused_copies == len(core.copies.refused) > 0 and st.offloads > 0
+    trace = tritondtr.sim.load_trace(tmp_path / "s.npz")
+    assert trace.meta["runtime"]["refused"] == core.copies.refused
+    res = simulate(trace, budget=budget, semantics="runtime")
+    twin, session = _replayed(res, st)
+    assert twin == session
+    stats, plenty = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
+    assert (stats.evictions, stats.remats, plenty.stats.offloads) != session[:3]
+
+
 @pytest.mark.parametrize(
     ("offload", "says"),
     [
@@ -293,8 +334,6 @@ def test_cuda_copies_are_ordered_on_the_device_without_host_waits():
     """NOTE [ Host copies on CUDA ] rules 3 to 5: a write right after a copy out, and a
     read right after a copy back, see the bytes they should, with no host synchronization
     between (the copies are 64 MiB, so an unordered kernel would overtake them)."""
-    from tritondtr.runtime.copies import HostLink
-
     dev = torch.device("cuda")
     link = HostLink(dev)
     x = torch.randn(16 * 2**20, device=dev)
@@ -316,8 +355,6 @@ def test_cuda_copies_are_ordered_on_the_device_without_host_waits():
 def test_the_cpu_host_link_copies_any_layout_exactly():
     """NOTE [ Host copies on CUDA ] rule 6: on a CPU device the copies are plain, whole
     storages, so a strided view with an offset comes back as it left; nothing is pending."""
-    from tritondtr.runtime.copies import HostLink
-
     link = HostLink(torch.device("cpu"))
     base = torch.arange(60, dtype=torch.float64)
     v = base[3:].view(19, 3)[::2].t()  # strided, offset 3

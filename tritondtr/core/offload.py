@@ -53,7 +53,14 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    sizes, costs, the link and the plan, so the twin replays the runtime's copies exactly.
 #    The runtime's executor makes each copy when the core asks; whether it overlaps the
 #    device's work (CUDA side streams) changes no decision.
-# 7. Measured (the twin, every recorded step, three links): docs/simulator.md, Where does
+# 7. Refusals: the executor may refuse a copy out (no host memory: the victim is dropped
+#    instead) or a prefetch (the allocator: given up). The core numbers the copies it asks
+#    for, out and back ahead, in one sequence and keeps the numbers refused
+#    (``stats.refused_copies`` counts them); a recorded run carries them, and the twin,
+#    asking for the same copies in the same order, refuses the same numbers (NOTE [ The
+#    twin ] rule 9). A fetch for a read is not numbered: the runtime retries it after
+#    evicting (NOTE [ Out-of-memory fallback ], outside the twin).
+# 8. Measured (the twin, every recorded step, three links): docs/simulator.md, Where does
 #    offload pay?
 """
 
@@ -98,9 +105,10 @@ class HostCopies:
     of resident storages with a host copy. ``waiting``: the offloaded storages by the op
     the plan reads them at, ``(op, sid, its creation clock, the plan's epoch)`` (a heap;
     entries go stale, and are checked when popped: the storage fetched, forgotten, its id
-    reused, or the plan's op numbers started again)."""
+    reused, or the plan's op numbers started again). ``asked``: copies asked of the executor
+    so far, out and prefetched back (rule 7); ``refused``: the numbers of those it refused."""
 
-    __slots__ = ("arriving", "backed", "copying", "host", "waiting")
+    __slots__ = ("arriving", "asked", "backed", "copying", "host", "refused", "waiting")
 
     def __init__(self) -> None:
         self.host = bytearray()
@@ -108,6 +116,17 @@ class HostCopies:
         self.arriving: dict[int, float] = {}
         self.backed = 0
         self.waiting: list[tuple[int, int, int, int]] = []
+        self.asked = 0
+        self.refused: list[int] = []
+
+    def ask(self) -> int:
+        """A copy is asked of the executor: its number (rule 7)."""
+        self.asked += 1
+        return self.asked
+
+    def refuse(self, number: int) -> None:
+        """The executor refused copy ``number`` (rule 7)."""
+        self.refused.append(number)
 
     def grow(self) -> None:
         self.host.append(0)
@@ -189,9 +208,12 @@ class Offloader:
 
     def _copy_out(self, sid: int) -> bool:
         """Issue resident ``sid``'s copy to the host; False if the executor refused it."""
+        number = self.copies.ask()  # rule 7
         try:
             self.executor.copy_out(sid)
         except RuntimeError:
+            self.copies.refuse(number)
+            self.stats.refused_copies += 1
             return False
         size, link, st = self.size[sid], self.link, self.stats
         self.copies.made(sid, size, link.copy_out(size, self.elapsed))
@@ -293,9 +315,12 @@ class Offloader:
         if acc.resident + size + self.stats.max_op_out_bytes > acc.budget:
             return
         heapq.heappop(waiting)
+        number = self.copies.ask()  # rule 7
         try:
             self.executor.fetch(sid, hint=True)
         except RuntimeError:  # the allocator refused it: a prefetch is a hint, not a need
+            self.copies.refuse(number)
+            self.stats.refused_copies += 1
             return
         link = self.link
         start = max(self.elapsed, self.copies.copying.pop(sid, 0.0))  # rule 4: out first

@@ -42,7 +42,10 @@ class CoreStats:
             read), ns of the core's device time (NOTE [ Offload link ] rule 2).
         link_busy_ns: device time the link spent copying, both directions, ns.
         copy_scale: what a copy's price is multiplied by for the next decisions (NOTE [ Copy
-            price scale ] in core/tuning.py; 1 until a step ends).
+            price scale ] in core/tuning.py; 1 until it is chosen).
+        refused_copies: copies to the host the executor refused (no host memory: the victim
+            was dropped) and prefetches the allocator refused (given up) (NOTE [
+            Asynchronous offload ] rule 7 in core/offload.py).
     """
 
     evictions: int = 0
@@ -65,3 +68,4 @@ class CoreStats:
     link_wait_ns: float = 0.0
     link_busy_ns: float = 0.0
     copy_scale: float = 1.0
+    refused_copies: int = 0

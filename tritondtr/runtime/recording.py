@@ -102,6 +102,8 @@ class Recording:
                 "budget": core.budget,
                 # NOTE [ Offload ] in core/core.py: the twin replays with the same link
                 "offload_bandwidth": None if core.link is None else core.link.bandwidth,
+                # NOTE [ Asynchronous offload ] rule 7: which copies the twin refuses
+                "refused": list(core.copies.refused),
                 **stats,
             },
             "recorder": {

@@ -112,6 +112,8 @@ class SessionStats(CoreStats):
                     f"x{self.copy_scale:g}",
                 )
             )
+        if self.refused_copies:  # NOTE [ Asynchronous offload ] rule 7 in core/offload.py
+            rows.append(("refused copies", f"{self.refused_copies:,} (no host memory or room)"))
         if self.budget_errors:
             rows.append(("budget errors", str(self.budget_errors)))
         width = max(len(k) for k, _ in rows)

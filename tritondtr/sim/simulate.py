@@ -253,6 +253,7 @@ def _simulate_runtime(
         nbytes = parse_bytes(budget)
     compute = trace.total_cost()
     limit = None if overhead_limit is None else compute * (overhead_limit - 1.0)
+    link = None if offload_bandwidth is None else Link(offload_bandwidth)
     stats, core = replay_runtime(
         trace,
         heuristic,
@@ -261,11 +262,12 @@ def _simulate_runtime(
         device=device,
         pin_backward=pin,
         remat_limit=limit,
-        link=None if offload_bandwidth is None else Link(offload_bandwidth),
+        link=link,
         always_offload=action == "offload",
         ahead=ahead,
         prefetch=prefetch,
         copy_scale=copy_scale,
+        refuse=_recorded_refusals(trace, heuristic, nbytes, link, action, copy_scale),
     )
     scorings = -1 if core.engine is None else core.engine.selections
     res = _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
@@ -280,6 +282,22 @@ def _simulate_runtime(
         link_wait=st.link_wait_ns,
         copy_scale=core.tuner.value,
     )
+
+
+def _recorded_refusals(trace, heuristic, nbytes, link, action, copy_scale) -> list[int]:
+    """NOTE [ The twin ] rule 9: the copies the recorded run's host refused, for a replay of
+    that run (its budget, heuristic and link, both actions, its own scale); none for
+    another."""
+    run = trace.meta.get("runtime") or {}
+    same = (
+        link is not None
+        and action == "both"
+        and copy_scale is None
+        and run.get("budget") == nbytes
+        and run.get("offload_bandwidth") == link.bandwidth
+        and run.get("heuristic") == str(getattr(heuristic, "value", heuristic))
+    )
+    return list(run.get("refused", ())) if same else []
 
 
 def sweep(

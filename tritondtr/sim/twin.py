@@ -42,6 +42,10 @@
 #    the same calls, so the same prefetches), none (False), or in the trace's own order
 #    (``"trace"``, standing for the previous step's: a recorded single step, replayed as a
 #    step that repeats).
+# 9. Refused copies (NOTE [ Asynchronous offload ] rule 7 in core/offload.py): the copies
+#    the run's executor refused are refused again, by their number (``refuse``; ``simulate``
+#    gives the recorded ones to a replay at the recorded budget, heuristic and link, and
+#    none to any other: there the host's memory is another question).
 """
 
 from __future__ import annotations
@@ -78,12 +82,14 @@ class _Overhead(Exception):
 
 
 class _Counter:
-    """The twin's executor: a recomputation only adds its op's cost (rule 5)."""
+    """The twin's executor: a recomputation only adds its op's cost (rule 5); the copies
+    numbered in ``refuse`` are refused (rule 9)."""
 
-    def __init__(self, limit: float | None) -> None:
+    def __init__(self, limit: float | None, refuse=()) -> None:
         self.core: Core | None = None
         self.limit = limit
         self.remat_compute = 0.0
+        self.refuse = frozenset(refuse)
 
     def recompute(self, sid: int, consume: int = -1) -> None:
         self.remat_compute += self.core.cost[sid]
@@ -97,10 +103,15 @@ class _Counter:
         pass
 
     def copy_out(self, sid: int) -> None:  # NOTE [ Offload ] in core/core.py: the core
-        pass  # counts the bytes and the link's time
+        self._refused()  # counts the bytes and the link's time
 
     def fetch(self, sid: int, hint: bool = False) -> None:
-        pass
+        if hint:
+            self._refused()
+
+    def _refused(self) -> None:
+        if self.refuse and self.core.copies.asked in self.refuse:
+            raise RuntimeError("refused, as in the recorded run (NOTE [ The twin ] rule 9)")
 
     def drop_copy(self, sid: int) -> None:
         pass
@@ -123,6 +134,7 @@ def replay_runtime(
     ahead: bool = True,
     prefetch: bool | str = True,
     copy_scale: float | None = None,
+    refuse=(),
 ) -> tuple[RunStats, Core]:
     """Replay ``trace`` in the runtime's semantics (NOTE [ The twin ]) under ``budget`` bytes
     of tracked storages (None: unlimited). ``remat_limit``: recomputation cost at which the
@@ -131,9 +143,10 @@ def replay_runtime(
     copying ahead of the budget (``ahead``) and prefetching (``prefetch``: True, False or
     ``"trace"``, rule 8; NOTE [ Asynchronous offload ] in core/offload.py), a copy's price
     scaled by ``copy_scale`` (None: chosen by rehearsal at the second step's end, as the
-    runtime does; NOTE [ Copy price scale ]).
+    runtime does; NOTE [ Copy price scale ]); ``refuse``: the numbers of the copies the
+    executor refuses (rule 9).
     Returns the run's counters and the core (its ``stats``, its engine's scorings)."""
-    counter = _Counter(remat_limit)
+    counter = _Counter(remat_limit, refuse)
     core = Core(
         budget,
         heuristic,
