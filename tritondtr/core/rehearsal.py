@@ -40,9 +40,9 @@ copy price scale is chosen without running a training step at a bad one.
 #    executor's refusal (no host memory for a copy) and measured costs that arrive later.
 #    Its table is on the host and scored by torch, so where the run scores with Triton on
 #    the device it breaks score ties as the host does.
-# 7. What it costs: taping, a Python call per driver call, during the first two steps;
-#    each candidate one replay of them through the core (measured: docs/benchmarks.md,
-#    "What does choosing the copy price scale cost?").
+# 7. What it costs: taping, a Python call per driver call, during the first two steps, and
+#    ~133 bytes a call; each candidate one replay of them through the core, once (measured:
+#    docs/benchmarks.md, "What does choosing the copy price scale cost?").
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ TAPED = (
 # timed by (statistics), a driver's own read order (the twin's "trace": a rehearsal
 # prefetches by its step plan), and the session's end (after the choice or instead of it)
 NOT_TAPED = ("held_descendants", "check_invariants", "time_with", "set_plan", "close")
-MAX_TAPE = 1 << 19  # rule 3: calls taped at most (two steps of ~50k ops)
+# rule 3: calls taped at most: ~35 MB at 133 bytes a call (the zoo GPT), two steps of ~30k
+# ops at 4.3 calls an op
+MAX_TAPE = 1 << 18
 RAISED = object()  # a call's result when it raised
 _HOST = torch.device("cpu")
 
@@ -79,7 +81,7 @@ class Call:
 
     name: str
     args: tuple
-    kwargs: dict
+    kwargs: dict | None
     result: object = None
 
 
@@ -123,7 +125,7 @@ class Tape:
         :meth:`leave`."""
         if any(type(a) is list for a in args):  # the driver may reuse it
             args = tuple(tuple(a) if type(a) is list else a for a in args)
-        call = Call(name, args, kwargs)
+        call = Call(name, args, kwargs or None)
         self.calls.append(call)
         self.depth = 1
         return call
@@ -146,21 +148,25 @@ class Tape:
         """Rule 4: the device time (ns) of the calls after the mark on a fresh core like
         ``core`` at ``scale``; None if the rehearsal raised where the recorded call did
         not."""
-        twin = self.base(
-            core.bytes.budget,
-            core.heuristic,
-            Idle(),
-            backend="torch",
-            stress=core.stress,
-            pin_backward=core.pin_backward,
-            reuse=core.reuse,
-            table_device=_HOST,
-            link=Link(core.link.bandwidth),
-            always_offload=core.always_offload,
-            ahead=core.ahead,
-            prefetch=core.steps is not None,
-            copy_scale=scale,
-        )
+        try:
+            twin = self.base(
+                core.bytes.budget,
+                core.heuristic,
+                Idle(),
+                backend="torch",
+                stress=core.stress,
+                pin_backward=core.pin_backward,
+                reuse=core.reuse,
+                table_device=_HOST,
+                link=Link(core.link.bandwidth),
+                always_offload=core.always_offload,
+                ahead=core.ahead,
+                prefetch=core.steps is not None,
+                copy_scale=scale,
+            )
+        except Exception as e:
+            _bug(scale, f"building its core: {e!r}")
+            return None
         start = 0.0
         for i, call in enumerate(self.calls):
             if i == self.mark:
@@ -171,32 +177,27 @@ class Tape:
             elif name == "set_link":
                 args = (None if args[0] is None else Link(args[0].bandwidth),)
             try:
-                result = getattr(twin, name)(*args, **call.kwargs)
-            except BudgetError:
-                if call.result is not RAISED:
-                    return None
-                continue
-            except Exception as e:  # rule 4: the user's step goes on at another scale
-                if call.result is RAISED:
+                result = getattr(twin, name)(*args, **(call.kwargs or {}))
+            except Exception as e:
+                if call.result is RAISED:  # as the run did
                     continue
-                warnings.warn(
-                    f"tritondtr: the rehearsal of copy price scale {scale:g} failed at "
-                    f"{name}{args!r}: {e!r}; that scale is not chosen. This is a bug of "
-                    "tritondtr; please report it with this message.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                if not isinstance(e, BudgetError):  # ThrashError is one
+                    _bug(scale, f"{name}{args!r}: {e!r}")
                 return None
             if name == "new" and result != call.result:
-                warnings.warn(
-                    f"tritondtr: the rehearsal of copy price scale {scale:g} made storage "
-                    f"{result} where the run made {call.result} (NOTE [ Rehearsal ] rule 5); "
-                    "that scale is not chosen. This is a bug of tritondtr; please report it.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                _bug(scale, f"it made storage {result} where the run made {call.result}")
                 return None
         return twin.elapsed - start
+
+
+def _bug(scale: float, what: str) -> None:
+    """Rule 4: a rehearsal's own error is a bug of tritondtr; the user's step goes on."""
+    warnings.warn(
+        f"tritondtr: the rehearsal of copy price scale {scale:g} failed ({what}); that scale "
+        "is not chosen. This is a bug of tritondtr; please report it with this message.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 _TAPED_CLASSES: dict[type, type] = {}
