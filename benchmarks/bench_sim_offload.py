@@ -9,8 +9,8 @@ recompute only, offload only and both (NOTE [ Offload ] in tritondtr/core/core.p
 #    would flatter every copy; the DTR logs keep their own (Titan V) times.
 # 2. Each trace at each ratio of its runtime peak with ``dtr_eq`` in the runtime's semantics:
 #    ``recompute`` (no link), then per link ``offload`` (every victim copied) and ``both`` (the
-#    cheaper per victim at the copy price scale the runtime tunes on steps that repeat:
-#    NOTE [ Copy price scale ] in tritondtr/core/tuning.py), each with copies out ahead of
+#    cheaper per victim at the copy price scale the runtime would choose on steps that
+#    repeat: NOTE [ Copy price scale ] in tritondtr/core/tuning.py), each with copies out ahead of
 #    the budget and prefetches in the trace's order (a recorded step that repeats: NOTE [
 #    The twin ] rule 8; NOTE [ Asynchronous offload ] in tritondtr/core/offload.py); and
 #    what those buy, each at scale 1: ``both-unscaled`` (the per-victim price alone),

@@ -101,16 +101,19 @@ def test_a_call_that_raised_is_rehearsed_as_raised():
     core = Core(100, "dtr_eq", Idle(), link=Link("1GB/s"))
     core.start(torch.device("cpu"))
     for _ in range(2):
-        big = core.new(80, 1.0, (), "pinned", pinned=True)
-        core.enter("grows", [big])
+        made = [core.new(40, 1.0, (), "a")]  # evicted below: the budget binds (rule 5)
+        made.append(core.new(80, 1.0, (), "pinned", pinned=True))
+        core.enter("grows", [made[1]])
         core.release_inputs()
-        core.new(40, 1.0, (big,), "grows", pinned=True)
+        made.append(core.new(40, 1.0, (made[1],), "grows", pinned=True))
         core.end(1.0)
         with pytest.raises(BudgetError):
-            core.enter("too_big", [big])
+            core.enter("too_big", [made[1]])
         core.release_inputs()
+        for sid in made:  # the program drops its tensors
+            core.release(sid)
         core.freeze()
-    assert set(core.tuner.times) == set(CANDIDATES)
+    assert core.stats.evictions > 0 and set(core.tuner.times) == set(CANDIDATES)
 
 
 def _driver_calls() -> set[str]:
@@ -141,7 +144,6 @@ def test_a_rehearsal_that_errs_warns_and_is_not_chosen(gpt_steps, monkeypatch):
     """Rule 4: an error of the rehearsal itself (not the budget's) is a bug of tritondtr:
     said, and the user's step goes on at another scale."""
     trace, budget = gpt_steps
-    rehearsal.taped(Core)  # the taped class keeps the methods it was made with
     freeze = Core.freeze
 
     def broken(core):
@@ -153,3 +155,64 @@ def test_a_rehearsal_that_errs_warns_and_is_not_chosen(gpt_steps, monkeypatch):
     with pytest.warns(RuntimeWarning, match="rehearsal of copy price scale 0 failed"):
         _, core = replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
     assert set(core.tuner.times) == set(CANDIDATES) - {0.0}
+
+
+def test_no_choice_before_the_budget_binds_after_the_first_step():
+    """NOTE [ Copy price scale ] rule 5: a span in which nothing was evicted ties every scale
+    and tells nothing (never copying would be kept): the choice waits, taping, for a step
+    end after an eviction."""
+    core = Core(100, "dtr_eq", Idle(), link=Link("1GB/s"))
+    core.start(torch.device("cpu"))
+    for step in range(4):
+        for _ in range(2 if step < 2 else 4):  # from the third step on, 120 bytes > 100
+            a = core.new(30, 1.0, (), "a")
+            core.enter("use", [a])
+            core.release_inputs()
+            core.new(0, 1.0, (a,), "use")
+            core.end(1.0)
+        core.freeze()
+        chosen = core.tape is None
+        assert chosen == (step >= 2) and bool(core.tuner.times) == chosen, step
+    assert core.stats.evictions > 0 and set(core.tuner.times) == set(CANDIDATES)
+
+
+def test_the_taped_class_runs_what_its_base_holds_now(monkeypatch):
+    """Rule 2: a method of the base class replaced after the taped class was made (a test's
+    patch, a profiler's wrapper) is what a taped core runs, and its name is the base's."""
+    rehearsal.taped(Core)
+    seen = []
+    enter = Core.enter
+
+    def spy(core, name, sids):
+        seen.append(name)
+        return enter(core, name, sids)
+
+    monkeypatch.setattr(Core, "enter", spy)
+    core = Core(100, "dtr_eq", Idle(), link=Link("1GB/s"))
+    core.start(torch.device("cpu"))
+    core.enter("op", [])
+    assert seen == ["op"] and core.tape.calls[-1].name == "enter"
+    assert type(core).__module__ == Core.__module__ and type(core).__qualname__ == "Core"
+
+
+def test_a_rehearsal_warning_made_an_error_still_ends_the_tape(gpt_steps, monkeypatch):
+    """Rule 4 under ``-W error``: the rehearsal's warning is raised to the program, as the
+    filter asks, and the scale is chosen among the candidates rehearsed, the tape ended."""
+    trace, budget = gpt_steps
+    freeze, cores = Core.freeze, []
+
+    def broken(core):
+        if core.tape is None and core.tuner.value == 0.0:
+            raise ValueError("planted")
+        if core.tape is not None:
+            cores.append(core)
+        return freeze(core)
+
+    monkeypatch.setattr(Core, "freeze", broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match="rehearsal of copy price scale 0 failed"):
+            replay_runtime(trace, "dtr_eq", budget, link=Link("pcie4"))
+    core = cores[-1]
+    assert core.tape is None and type(core) is Core and core.tuner.fixed
+    assert set(core.tuner.times) == {1.0}  # 0 raised: 1/4 and inf were not reached

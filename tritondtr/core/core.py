@@ -1005,12 +1005,18 @@ class Core(Evictor, Offloader, Rematerializer):
         if tape is not None and self.link is not None:  # NOTE [ Copy price scale ] rule 4
             step = self.tuner.step_ended(self.ops)
             if step == "first":
-                tape.step_ended()
-            elif step == "choose":
-                times = {c: tape.rehearse(self, c) for c in CANDIDATES}
-                self.tuner.chose({c: t for c, t in times.items() if t is not None})
-                self.stats.copy_scale = self.tuner.value
-                self.stop_tape()
+                tape.step_ended(self.stats.evictions)
+            elif step == "choose" and self.stats.evictions > tape.evicted:  # rule 5
+                times: dict[float, float] = {}
+                try:
+                    for c in CANDIDATES:
+                        t = tape.rehearse(self, c)
+                        if t is not None:
+                            times[c] = t
+                finally:  # a rehearsal's warning made an error: chosen all the same
+                    self.tuner.chose(times)
+                    self.stats.copy_scale = self.tuner.value
+                    self.stop_tape()
 
     def stop_tape(self) -> None:
         """NOTE [ Rehearsal ] rule 3: the core tapes no more; unless the scale was chosen,

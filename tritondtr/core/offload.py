@@ -20,8 +20,8 @@ in core.py says which action a victim gets; this NOTE says when copies run).
 #    :data:`AHEAD_CANDIDATES` that has no copy is copied out, if that pays with the copy out
 #    hidden: its copy back is cheaper than its recomputation with its evicted neighbourhood
 #    (always, under ``always_offload``), at the copy price scale (NOTE [ Copy price scale ]
-#    in tuning.py; at the scale that never copies, which only a caller fixes, there is no
-#    look). Its bytes stay resident and counted until the budget makes it a
+#    in tuning.py; at the scale that never copies there is no look). Its bytes stay
+#    resident and counted until the budget makes it a
 #    victim; the ops go on meanwhile. One copy ahead at a time (the link is idle when one is
 #    issued), so a copy made for room (NOTE [ Offload ] rule 3) queues behind at most one.
 # 3. A backed victim is still priced as NOTE [ Offload ] rule 1 prices any victim, with
@@ -269,7 +269,7 @@ class Offloader:
         """Rules 2 and 5, after each op, with a link and a budget."""
         budget, link = self.bytes.budget, self.link
         # at a scale that never copies no copy ahead can pay: no look (NOTE [ Copy price
-        # scale ] rule 3: only a caller fixes it)
+        # scale ] rule 4)
         if self.ahead and link.out_busy <= self.elapsed and self.tuner.value != math.inf:
             room = budget - self.bytes.resident + self.copies.backed
             if room < self.stats.max_op_out_bytes:

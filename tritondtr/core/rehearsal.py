@@ -37,7 +37,11 @@ copy price scale is chosen without running a training step at a bad one.
 #    that hands out another id is a bug of tritondtr (rule 4's warning).
 # 6. What a rehearsal cannot see, as the twin cannot: a driver's call that depended on a
 #    decision (a value asked outside an op is materialized only if it was evicted), an
-#    executor's refusal (no host memory for a copy) and measured costs that arrive later.
+#    executor's refusal (no host memory for a copy), the runtime's evictions when the
+#    allocator refuses (NOTE [ Out-of-memory fallback ] in runtime/oom.py: made inside a
+#    taped call) and measured costs that arrive later. It prefetches by its own step plan
+#    whenever the core prefetches: a driver's own plan (the twin's ``"trace"``) is not
+#    rehearsed.
 #    Its table is on the host and scored by torch, so where the run scores with Triton on
 #    the device it breaks score ties as the host does.
 # 7. What it costs: taping, a Python call per driver call, during the first two steps, and
@@ -64,8 +68,8 @@ TAPED = (
     "evict_all", "freeze", "anchor", "unanchor", "grow_outside", "shrink_outside",
 )  # fmt: skip
 # and what a driver calls that a rehearsal does without: reads, the clock selections are
-# timed by (statistics), a driver's own read order (the twin's "trace": a rehearsal
-# prefetches by its step plan), and the session's end (after the choice or instead of it)
+# timed by (statistics), a driver's own read order (rule 6), and the session's end (after
+# the choice or instead of it)
 NOT_TAPED = ("held_descendants", "check_invariants", "time_with", "set_plan", "close")
 # rule 3: calls taped at most: ~35 MB at 133 bytes a call (the zoo GPT), two steps of ~30k
 # ops at 4.3 calls an op
@@ -77,7 +81,7 @@ _HOST = torch.device("cpu")
 @dataclass(slots=True)
 class Call:
     """One taped call: the method's ``name``, its ``args`` and ``kwargs``, its ``result``
-    (set by :meth:`Tape.leave`)."""
+    (set by :meth:`Tape.returned`)."""
 
     name: str
     args: tuple
@@ -110,39 +114,42 @@ class Idle:
 class Tape:
     """The calls a driver made on one core (rule 2). ``base``: the core's own class;
     ``calls``: the taped :class:`Call` records; ``mark``: how many were taped when the first
-    step ended; ``depth``: 1 while a taped call runs (the core's calls on itself pass)."""
+    step ended, ``evicted``: the core's evictions then; ``busy``: a taped call runs (the
+    core's calls on itself pass)."""
 
-    __slots__ = ("base", "calls", "depth", "mark")
+    __slots__ = ("base", "busy", "calls", "evicted", "mark")
 
     def __init__(self, base: type) -> None:
         self.base = base
         self.calls: list[Call] = []
-        self.depth = 0
+        self.busy = False
         self.mark = 0
+        self.evicted = 0
 
-    def enter(self, name: str, args: tuple, kwargs: dict) -> Call:
+    def record(self, name: str, args: tuple, kwargs: dict) -> Call:
         """A driver called ``name``: tape it; the core's calls on itself pass until
-        :meth:`leave`."""
+        :meth:`returned`."""
         if any(type(a) is list for a in args):  # the driver may reuse it
             args = tuple(tuple(a) if type(a) is list else a for a in args)
         call = Call(name, args, kwargs or None)
         self.calls.append(call)
-        self.depth = 1
+        self.busy = True
         return call
 
-    def leave(self, call: Call, result) -> None:
+    def returned(self, call: Call, result) -> None:
         """``call`` returned ``result`` (:data:`RAISED`: it raised)."""
         call.result = result
-        self.depth = 0
+        self.busy = False
 
     @property
     def full(self) -> bool:
         """Rule 3: :data:`MAX_TAPE` calls taped."""
         return len(self.calls) >= MAX_TAPE
 
-    def step_ended(self) -> None:
-        """The first step ended: the second starts after the calls taped so far."""
-        self.mark = len(self.calls)
+    def step_ended(self, evictions: int) -> None:
+        """The first step ended, the core having evicted ``evictions`` storages: what is
+        timed starts after the calls taped so far."""
+        self.mark, self.evicted = len(self.calls), evictions
 
     def rehearse(self, core, scale: float) -> float | None:
         """Rule 4: the device time (ns) of the calls after the mark on a fresh core like
@@ -161,7 +168,7 @@ class Tape:
                 link=Link(core.link.bandwidth),
                 always_offload=core.always_offload,
                 ahead=core.ahead,
-                prefetch=core.steps is not None,
+                prefetch=core.plan is not None,  # rule 6: by its own step plan
                 copy_scale=scale,
             )
         except Exception as e:
@@ -208,28 +215,33 @@ def taped(cls: type) -> type:
     outside the core (rule 2); the core's ``tape`` is the :class:`Tape` they go to."""
     sub = _TAPED_CLASSES.get(cls)
     if sub is None:
-        methods = {name: _taping(name, getattr(cls, name)) for name in TAPED}
+        methods = {name: _taping(name, cls) for name in TAPED}
+        methods["__module__"] = cls.__module__
         sub = _TAPED_CLASSES[cls] = type(cls.__name__, (cls,), methods)
         sub.__qualname__ = cls.__qualname__
     return sub
 
 
-def _taping(name: str, method):
+def _taping(name: str, cls: type):
+    """``cls``'s method ``name``, taped; looked up on ``cls`` at each call, so the taped
+    class runs what the class holds now."""
+
     def call(self, *args, **kwargs):
+        method = getattr(cls, name)
         tape = self.tape
-        if tape is None or tape.depth:
+        if tape is None or tape.busy:
             return method(self, *args, **kwargs)
-        rec = tape.enter(name, args, kwargs)
+        rec = tape.record(name, args, kwargs)
         try:
             result = method(self, *rec.args, **kwargs)
         except BaseException:
-            tape.leave(rec, RAISED)
+            tape.returned(rec, RAISED)
             raise
-        tape.leave(rec, result)
+        tape.returned(rec, result)
         if tape.full:
             self.stop_tape()
         return result
 
     call.__name__ = call.__qualname__ = name
-    call.__doc__ = method.__doc__
+    call.__doc__ = getattr(cls, name).__doc__
     return call

@@ -8,7 +8,7 @@
 #    by a scale: 1 prices it as the link's time, 0 copies every victim whose drop costs
 #    anything (offload only), one above 1 copies only victims whose drop is that many times
 #    dearer, ``inf`` none (recompute only).
-# 2. Why a scale, and why tuned by steps: a price per victim cannot see what its copy does
+# 2. Why a scale, and why chosen by steps: a price per victim cannot see what its copy does
 #    to the rest of the step (the link's queue, the room a prefetch needs, what a copy back
 #    evicts), nor what its drop does (its neighbourhood may never be recomputed). A step's
 #    device time sees all of it, and training steps repeat (the twin, every recorded step,
@@ -37,7 +37,12 @@
 #    first step's ops, the early backward pass, where nothing is recomputed yet, and never
 #    copying, kept on that tie, took 11 % longer over three steps than 1. As many ops as
 #    the first is a whole step's worth. A first step longer than the next ones (ops that
-#    happen once) makes it the third step's end.
+#    happen once) makes it the third step's end. And not before the core evicted something
+#    after the first step (the budget bound): a span where nothing was evicted ties every
+#    scale and tells nothing (the zoo LSTM with its optimizer inside backward, where a
+#    parameter's gradient is whole after 387 of 983 ops, kept never copying, 1.73x slower
+#    than 1 over six steps; a batch that grows after the second step likewise); the choice
+#    waits for a step end after an eviction.
 # 6. It depends only on the calls the driver made, so the twin chooses as the runtime did
 #    (NOTE [ Rehearsal ] rule 5). A scale given (``Core(copy_scale=)``) is never tuned.
 # 7. What it misses: steps that differ (data-dependent control flow, dynamic padding) are

@@ -267,7 +267,9 @@ def _simulate_runtime(
         ahead=ahead,
         prefetch=prefetch,
         copy_scale=copy_scale,
-        refuse=_recorded_refusals(trace, heuristic, nbytes, link, action, copy_scale),
+        refuse=_recorded_refusals(
+            trace, heuristic, nbytes, link, action, ahead, prefetch, copy_scale
+        ),
     )
     scorings = -1 if core.engine is None else core.engine.selections
     res = _result(trace, heuristic, ratio, nbytes, stats, compute, scorings)
@@ -284,14 +286,16 @@ def _simulate_runtime(
     )
 
 
-def _recorded_refusals(trace, heuristic, nbytes, link, action, copy_scale) -> list[int]:
+def _recorded_refusals(trace, heuristic, nbytes, link, action, ahead, prefetch, copy_scale):
     """NOTE [ The twin ] rule 9: the copies the recorded run's host refused, for a replay of
-    that run (its budget, heuristic and link, both actions, its own scale); none for
-    another."""
+    that run (its budget, heuristic and link, both actions, copies ahead, its prefetches,
+    its own scale); none for another, which numbers its copies otherwise."""
     run = trace.meta.get("runtime") or {}
     same = (
         link is not None
         and action == "both"
+        and ahead
+        and prefetch is True
         and copy_scale is None
         and run.get("budget") == nbytes
         and run.get("offload_bandwidth") == link.bandwidth
