@@ -47,7 +47,8 @@
 #    (NOTE [ Rehearsal ] rule 5). A scale given (``Core(copy_scale=)``) is never tuned.
 # 7. What it misses: steps that differ (data-dependent control flow, dynamic padding) are
 #    chosen for by the first ones; a session that never writes its parameters never ends a
-#    step and stays at 1.
+#    step, and one whose budget never binds after its first step evicts nothing: both tape
+#    until the tape is full (``MAX_TAPE`` calls, NOTE [ Rehearsal ] rule 3) and stay at 1.
 """
 
 from __future__ import annotations
