@@ -19,15 +19,14 @@ copy price scale is chosen without running a training step at a bad one.
 #    its step plan records from the first op: NOTE [ Step plan ] in plan.py). It ends at the
 #    choice, or unused after :data:`MAX_TAPE` calls (the scale stays 1), or at the core's
 #    ``close``.
-# 4. The choice (NOTE [ Copy price scale ] rule 4): for each candidate the whole tape is played
-#    on a fresh core built as this one was (budget, heuristic, pins, stress, reuse, a link
-#    of the same bandwidth, ahead, prefetch), its table on the host, an executor that runs
-#    nothing (the core counts device time itself: NOTE [ Offload link ] rule 2) and the scale
-#    fixed; the candidate's time is the device time of the calls taped after the first
-#    step ended (:meth:`Tape.step_ended`). A candidate
-#    whose rehearsal raised where the recorded call did not is not chosen; an error other
-#    than ``BudgetError`` there is a bug of tritondtr, said in a warning, and the user's
-#    step goes on.
+# 4. The choice (NOTE [ Copy price scale ] rule 4): for each candidate the whole tape is
+#    played on a fresh core built as this one was (budget, heuristic, pins, stress, reuse, a
+#    link of the same bandwidth, ahead, prefetch), its table on the host, an executor that
+#    runs nothing (the core counts device time itself: NOTE [ Offload link ] rule 2) and the
+#    scale fixed; the candidate's time is the device time of the calls taped after the first
+#    step ended (:meth:`Tape.step_ended`). A candidate whose rehearsal raised where the
+#    recorded call did not is not chosen; an error other than ``BudgetError`` there is a bug
+#    of tritondtr, said in a warning, and the user's step goes on.
 # 5. Why it is exact: the core's decisions depend only on the calls made and on its own
 #    state, and the runtime and its twin make the same calls (NOTE [ The twin ] rule 1 in
 #    sim/twin.py), so both tape the same calls and choose the same scale; the rehearsal at
@@ -41,9 +40,8 @@ copy price scale is chosen without running a training step at a bad one.
 #    allocator refuses (NOTE [ Out-of-memory fallback ] in runtime/oom.py: made inside a
 #    taped call) and measured costs that arrive later. It prefetches by its own step plan
 #    whenever the core prefetches: a driver's own plan (the twin's ``"trace"``) is not
-#    rehearsed.
-#    Its table is on the host and scored by torch, so where the run scores with Triton on
-#    the device it breaks score ties as the host does.
+#    rehearsed. Its table is on the host and scored by torch, so where the run scores with
+#    Triton on the device it breaks score ties as the host does.
 # 7. What it costs: taping, a Python call per driver call, during the first two steps, and
 #    ~133 bytes a call; each candidate one replay of them through the core, once (measured:
 #    docs/benchmarks.md, "What does choosing the copy price scale cost?").
