@@ -28,7 +28,10 @@
 #    backward pass reads them, and nothing is prefetched (the zoo GPT at 30 % over PCIe 4,
 #    four steps: 0 prefetches and 165 fetches on read, against 117 and 48 with the optimizer
 #    after the backward pass). A step there would end where the forward pass begins, which
-#    no freeze marks.
+#    no freeze marks. Tried and not kept: a step ended only at a write after as many ops as
+#    the first step had, the keys of the step before kept, a stale prefetch entry planned
+#    again: still none (the plan then named storages to bring back, but memory had no room
+#    for them when the reads came, and a prefetch never evicts).
 """
 
 from __future__ import annotations
